@@ -1,0 +1,92 @@
+"""The skein smoke application: a YARN application whose master runs a Python script
+that writes a file to HDFS. It proves the local Hadoop, skein and HDFS work together.
+
+usage: python integration/smoke.py     (with the environment of `integration/cluster env`)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import skein
+
+HERE = Path(__file__).resolve().parent
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+def application_spec(args: list[str], name: str = "flinkyarn-smoke") -> skein.ApplicationSpec:
+    """One master container running smoke_app.py with this interpreter (the local venv)."""
+    script = " ".join([sys.executable, "smoke_app.py", *(_quote(a) for a in args)])
+    return skein.ApplicationSpec(
+        name=name,
+        queue="default",
+        tags={"flinkyarn", "smoke"},
+        max_attempts=1,
+        master=skein.Master(
+            resources=skein.Resources(memory="256 MiB", vcores=1),
+            files={"smoke_app.py": str(HERE / "smoke_app.py")},
+            script=script,
+        ),
+    )
+
+
+def _quote(arg: str) -> str:
+    import shlex
+    return shlex.quote(arg)
+
+
+def rm_app(rm_web: str, app_id: str) -> dict:
+    """The application's record in the ResourceManager's REST API."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{rm_web}/ws/v1/cluster/apps/{app_id}", timeout=10) as response:
+        return json.load(response)["app"]
+
+
+def wait_terminal(rm_web: str, app_id: str, timeout: float = 180.0) -> dict:
+    """Polls the REST API until the application reaches FINISHED, FAILED or KILLED."""
+    deadline = time.monotonic() + timeout
+    while True:
+        app = rm_app(rm_web, app_id)
+        if app["state"] in TERMINAL:
+            return app
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{app_id} still {app['state']} after {timeout:.0f} s")
+        time.sleep(0.25)
+
+
+def run(client: skein.Client, rm_web: str, args: list[str]) -> tuple[str, dict, float]:
+    """Submits and waits; returns (application id, final REST record, seconds taken)."""
+    start = time.monotonic()
+    app_id = client.submit(application_spec(args))
+    try:
+        app = wait_terminal(rm_web, app_id)
+    except BaseException:
+        client.kill_application(app_id)
+        raise
+    return app_id, app, time.monotonic() - start
+
+
+def main() -> int:
+    sys.path.insert(0, str(HERE))
+    import local_hadoop
+
+    local_hadoop.apply_env()
+    url = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-smoke/{uuid.uuid4().hex}.txt"
+    with skein.Client() as client:
+        app_id, app, seconds = run(client, local_hadoop.RM_WEB, [url, "hello from YARN"])
+    print(f"smoke application {app_id}: {app['state']}/{app['finalStatus']} in {seconds:.1f} s")
+    if app["finalStatus"] != "SUCCEEDED":
+        print(f"diagnostics: {app.get('diagnostics')}\n"
+              f"logs: yarn logs -applicationId {app_id}", file=sys.stderr)
+        return 1
+    print(f"final status: {app['finalStatus']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The TaskExecutor: slots, tasks, result partitions, input gates, the PySpark bridge."""

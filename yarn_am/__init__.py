@@ -1,0 +1,1 @@
+"""The AppMaster: Dispatcher, ResourceManager, JobMasters, REST API and dashboard."""

@@ -1,0 +1,1 @@
+"""The flinkyarn client: CLI, cluster descriptors, submission, REST client."""
