@@ -1,0 +1,111 @@
+"""The JobGraph: what the client submits and the JobMaster expands into an ExecutionGraph.
+
+A JobVertex is one task type run at some parallelism; a JobEdge connects a producer
+vertex to a consumer vertex through an intermediate data set. User code travels as
+cloudpickled bytes, only ever unpickled inside a TaskExecutor.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from flinkyarn.ids import JobID, JobVertexID
+from flinkyarn.resources import UNKNOWN, ResourceProfile
+
+
+class DistributionPattern(str, enum.Enum):
+    """How producer subtasks connect to consumer subtasks."""
+
+    ALL_TO_ALL = "all_to_all"  # every producer subtask to every consumer subtask
+    POINTWISE = "pointwise"    # producer i to consumer i (or a range when parallelism differs)
+
+
+class ResultPartitionType(str, enum.Enum):
+    """PIPELINED: consumed while produced, producer and consumer run together.
+    BLOCKING: fully produced (and kept) before the consumer is deployed."""
+
+    PIPELINED = "pipelined"
+    BLOCKING = "blocking"
+
+
+class ScheduleMode(str, enum.Enum):
+    EAGER = "eager"                          # deploy every task at once (streaming)
+    LAZY_FROM_SOURCES = "lazy_from_sources"  # sources first; consumers when inputs are done
+
+
+DEFAULT_SLOT_SHARING_GROUP = "default"
+
+
+class JobVertex(msgspec.Struct, frozen=True):
+    id: JobVertexID
+    name: str
+    parallelism: int
+    # cloudpickled callable run by each subtask (see taskexecutor.task).
+    invokable: bytes
+    # Subtasks of vertices in the same group may share a slot; None: a slot of its own.
+    slot_sharing_group: str | None = DEFAULT_SLOT_SHARING_GROUP
+    resources: ResourceProfile = UNKNOWN
+
+
+class JobEdge(msgspec.Struct, frozen=True):
+    source: JobVertexID
+    target: JobVertexID
+    distribution: DistributionPattern = DistributionPattern.ALL_TO_ALL
+    partition_type: ResultPartitionType = ResultPartitionType.PIPELINED
+    # Whether re-running the producer sends every record to the same consumer again
+    # (hash, forward, broadcast: yes; rebalance, random: no). Region failover uses it.
+    deterministic: bool = True
+
+
+class JobGraph(msgspec.Struct, frozen=True):
+    job_id: JobID
+    name: str
+    vertices: list[JobVertex]
+    edges: list[JobEdge] = []
+    schedule_mode: ScheduleMode = ScheduleMode.EAGER
+
+    def validate(self) -> None:
+        """Raises ValueError naming what is wrong: the JobMaster never sees a bad graph."""
+        if not self.vertices:
+            raise ValueError(f"job {self.name!r} has no vertices")
+        ids = set()
+        for vertex in self.vertices:
+            if vertex.id in ids:
+                raise ValueError(f"job {self.name!r}: duplicate vertex id {vertex.id}")
+            ids.add(vertex.id)
+            if vertex.parallelism < 1:
+                raise ValueError(f"vertex {vertex.name!r}: parallelism must be >= 1, "
+                                 f"not {vertex.parallelism}")
+        for edge in self.edges:
+            for end in (edge.source, edge.target):
+                if end not in ids:
+                    raise ValueError(f"job {self.name!r}: edge refers to unknown vertex {end}")
+            if edge.source == edge.target:
+                raise ValueError(f"job {self.name!r}: vertex {edge.source} feeds itself")
+        self.topological_order()  # raises on a cycle
+
+    def vertex(self, vertex_id: JobVertexID) -> JobVertex:
+        for vertex in self.vertices:
+            if vertex.id == vertex_id:
+                return vertex
+        raise KeyError(vertex_id)
+
+    def topological_order(self) -> list[JobVertex]:
+        incoming = {v.id: 0 for v in self.vertices}
+        for edge in self.edges:
+            incoming[edge.target] += 1
+        ready = [v for v in self.vertices if incoming[v.id] == 0]
+        order = []
+        while ready:
+            vertex = ready.pop(0)
+            order.append(vertex)
+            for edge in self.edges:
+                if edge.source == vertex.id:
+                    incoming[edge.target] -= 1
+                    if incoming[edge.target] == 0:
+                        ready.append(self.vertex(edge.target))
+        if len(order) != len(self.vertices):
+            raise ValueError(f"job {self.name!r} has a cycle")
+        return order
