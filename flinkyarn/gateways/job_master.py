@@ -1,0 +1,89 @@
+"""JobMasterGateway: TaskExecutors connect, offer slots and report task states."""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+import msgspec
+
+from flinkyarn.gateways import Ack, HeartbeatRequest
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, JobID, JobMasterId, ResourceID,
+                           ResourceManagerId)
+from flinkyarn.slots import SlotOffer
+
+
+class TaskState(str, enum.Enum):
+    """What a TaskExecutor reports of a task (a subset of the JobMaster's ExecutionState)."""
+
+    INITIALIZING = "INITIALIZING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+
+
+class RegisterTaskManager(msgspec.Struct, frozen=True):
+    """A TaskExecutor connects to the JobMaster of a job it was given a slot for."""
+
+    job_id: JobID
+    resource_id: ResourceID
+    address: str
+
+
+class TaskManagerRegistration(msgspec.Struct, frozen=True):
+    job_master_id: JobMasterId
+    job_master_resource_id: ResourceID
+
+
+class OfferSlots(msgspec.Struct, frozen=True):
+    job_master_id: JobMasterId
+    resource_id: ResourceID
+    offers: list[SlotOffer]
+
+
+class AcceptedSlots(msgspec.Struct, frozen=True):
+    offers: list[SlotOffer]
+
+
+class UpdateTaskExecutionState(msgspec.Struct, frozen=True):
+    job_master_id: JobMasterId
+    attempt_id: ExecutionAttemptID
+    state: TaskState
+    error: str | None = None
+
+
+class SlotRequestFailed(msgspec.Struct, frozen=True):
+    resource_manager_id: ResourceManagerId
+    allocation_id: AllocationID
+    cause: str
+
+
+class DisconnectTaskManager(msgspec.Struct, frozen=True):
+    resource_id: ResourceID
+    cause: str
+
+
+class JobMasterGateway(Protocol):
+    async def register_task_manager(self, request: RegisterTaskManager) -> TaskManagerRegistration:
+        ...
+
+    async def offer_slots(self, request: OfferSlots) -> AcceptedSlots:
+        ...
+
+    async def update_task_execution_state(self, request: UpdateTaskExecutionState) -> Ack:
+        ...
+
+    async def slot_request_failed(self, request: SlotRequestFailed) -> Ack:
+        ...
+
+    async def heartbeat_from_resource_manager(self, request: HeartbeatRequest) -> Ack:
+        ...
+
+    async def disconnect_task_manager(self, request: DisconnectTaskManager) -> Ack:
+        ...
+
+
+def job_master_endpoint(job_id: JobID) -> str:
+    """The name of a job's JobMaster on the AppMaster's RpcService."""
+    return f"jobmaster-{job_id}"

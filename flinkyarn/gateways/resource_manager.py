@@ -1,0 +1,99 @@
+"""ResourceManagerGateway: registration of TaskExecutors and JobMasters, slot requests."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from flinkyarn.gateways import Ack
+from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
+                           ResourceManagerId, SlotID)
+from flinkyarn.resources import ResourceProfile
+from flinkyarn.slots import SlotReport
+
+
+class RegisterTaskExecutor(msgspec.Struct, frozen=True):
+    resource_id: ResourceID
+    address: str            # the TaskExecutor's RPC address, host:port
+    slot_report: SlotReport
+    total_resources: ResourceProfile
+    # Set when the TaskExecutor runs in a YARN container (or a local process of the driver).
+    worker_id: str | None = None
+
+
+class TaskExecutorRegistration(msgspec.Struct, frozen=True):
+    resource_manager_id: ResourceManagerId
+    resource_manager_resource_id: ResourceID
+    instance_id: InstanceID
+
+
+class RegisterJobMaster(msgspec.Struct, frozen=True):
+    job_id: JobID
+    job_master_id: JobMasterId
+    job_master_resource_id: ResourceID
+    address: str
+
+
+class JobMasterRegistration(msgspec.Struct, frozen=True):
+    resource_manager_id: ResourceManagerId
+    resource_manager_resource_id: ResourceID
+
+
+class RequestSlot(msgspec.Struct, frozen=True):
+    resource_manager_id: ResourceManagerId
+    job_master_id: JobMasterId
+    job_id: JobID
+    allocation_id: AllocationID
+    profile: ResourceProfile
+    job_master_address: str
+
+
+class CancelSlotRequest(msgspec.Struct, frozen=True):
+    resource_manager_id: ResourceManagerId
+    allocation_id: AllocationID
+
+
+class NotifySlotAvailable(msgspec.Struct, frozen=True):
+    """A TaskExecutor freed the slot that allocation_id held."""
+
+    instance_id: InstanceID
+    slot_id: SlotID
+    allocation_id: AllocationID
+
+
+class DisconnectTaskExecutor(msgspec.Struct, frozen=True):
+    resource_id: ResourceID
+    cause: str
+
+
+class DisconnectJobMaster(msgspec.Struct, frozen=True):
+    job_id: JobID
+    job_master_id: JobMasterId
+    cause: str
+
+
+class ResourceManagerGateway(Protocol):
+    async def register_task_executor(self, request: RegisterTaskExecutor) -> TaskExecutorRegistration:
+        """Registers (or re-registers) a TaskExecutor; its previous slots are dropped first."""
+        ...
+
+    async def register_job_master(self, request: RegisterJobMaster) -> JobMasterRegistration:
+        ...
+
+    async def request_slot(self, request: RequestSlot) -> Ack:
+        """Asks for a slot; answered later by the TaskExecutor's offer to the JobMaster,
+        or by `slot_request_failed` on the JobMaster."""
+        ...
+
+    async def cancel_slot_request(self, request: CancelSlotRequest) -> Ack:
+        ...
+
+    async def notify_slot_available(self, request: NotifySlotAvailable) -> Ack:
+        ...
+
+    async def disconnect_task_executor(self, request: DisconnectTaskExecutor) -> Ack:
+        ...
+
+    async def disconnect_job_master(self, request: DisconnectJobMaster) -> Ack:
+        ...

@@ -1,0 +1,110 @@
+"""TaskExecutorGateway: slots given to jobs, tasks submitted and cancelled, heartbeats."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from flinkyarn.gateways import Ack, HeartbeatRequest
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, JobID, JobMasterId, JobVertexID,
+                           ResourceManagerId, SlotID)
+from flinkyarn.resources import ResourceProfile
+from flinkyarn.slots import SlotReport
+
+
+class AllocateSlot(msgspec.Struct, frozen=True):
+    """The ResourceManager gives slot `slot_id` to the job; the TaskExecutor then connects
+    to that job's JobMaster (if it has not yet) and offers the slot."""
+
+    resource_manager_id: ResourceManagerId
+    slot_id: SlotID
+    job_id: JobID
+    allocation_id: AllocationID
+    profile: ResourceProfile
+    job_master_address: str
+
+
+class InputPartition(msgspec.Struct, frozen=True):
+    """One producer partition a task consumes."""
+
+    producer_vertex: JobVertexID
+    producer_subtask: int
+
+
+class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):
+    job_id: JobID
+    attempt_id: ExecutionAttemptID
+    vertex_id: JobVertexID
+    vertex_name: str
+    subtask_index: int
+    parallelism: int
+    attempt_number: int
+    allocation_id: AllocationID
+    invokable: bytes  # cloudpickled; unpickled only inside the TaskExecutor
+    inputs: list[InputPartition] = []
+
+
+class SubmitTask(msgspec.Struct, frozen=True):
+    job_master_id: JobMasterId
+    deployment: TaskDeploymentDescriptor
+
+
+class CancelTask(msgspec.Struct, frozen=True):
+    job_master_id: JobMasterId
+    attempt_id: ExecutionAttemptID
+
+
+class FreeSlot(msgspec.Struct, frozen=True):
+    job_master_id: JobMasterId
+    allocation_id: AllocationID
+    cause: str
+
+
+class AllocatedSlotReport(msgspec.Struct, frozen=True):
+    """The TaskExecutor's answer to its JobMaster's heartbeat: the job's slots it holds."""
+
+    job_id: JobID
+    allocation_ids: list[AllocationID] = []
+
+
+class JobHeartbeatRequest(msgspec.Struct, frozen=True):
+    sender: str
+    job_id: JobID
+
+
+class DisconnectJobManager(msgspec.Struct, frozen=True):
+    job_id: JobID
+    cause: str
+
+
+class DisconnectResourceManager(msgspec.Struct, frozen=True):
+    resource_manager_id: ResourceManagerId
+    cause: str
+
+
+class TaskExecutorGateway(Protocol):
+    async def allocate_slot(self, request: AllocateSlot) -> Ack:
+        """Refused (RemoteError) when the slot is taken by another allocation."""
+        ...
+
+    async def submit_task(self, request: SubmitTask) -> Ack:
+        ...
+
+    async def cancel_task(self, request: CancelTask) -> Ack:
+        ...
+
+    async def free_slot(self, request: FreeSlot) -> Ack:
+        ...
+
+    async def heartbeat_from_resource_manager(self, request: HeartbeatRequest) -> SlotReport:
+        ...
+
+    async def heartbeat_from_job_master(self, request: JobHeartbeatRequest) -> AllocatedSlotReport:
+        ...
+
+    async def disconnect_job_manager(self, request: DisconnectJobManager) -> Ack:
+        ...
+
+    async def disconnect_resource_manager(self, request: DisconnectResourceManager) -> Ack:
+        ...

@@ -1,0 +1,187 @@
+"""The RPC service of one process: a gRPC server hosting its endpoints, and shared
+channels to the other processes' servers.
+
+A gateway is a `typing.Protocol` whose public methods are `async def m(self, request: T)
+-> R` with msgspec-encodable T and R. The server decodes each request as the declared T
+(a malformed one is refused before the endpoint sees it) and the caller gets a proxy
+object with the same methods. The wire path of a call is `/<endpoint name>/<method>`.
+
+Threading: everything here runs on the process's asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from flinkyarn.rpc import codec
+from flinkyarn.rpc.errors import (STATUS_OF, MalformedMessage, RpcError, StaleCall,
+                                  UnknownEndpoint, from_grpc)
+from flinkyarn.rpc.security import TLS_NAME, ClusterSecurity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GatewayMethod:
+    name: str
+    request_type: Any
+    response_type: Any
+
+
+@functools.lru_cache(maxsize=None)
+def gateway_methods(protocol: type) -> dict[str, GatewayMethod]:
+    """The RPC methods a gateway Protocol declares, with their message types."""
+    methods = {}
+    for name, function in vars(protocol).items():
+        if name.startswith("_") or not inspect.iscoroutinefunction(function):
+            continue
+        hints = typing.get_type_hints(function)
+        parameters = [p for p in inspect.signature(function).parameters if p != "self"]
+        if len(parameters) != 1 or parameters[0] not in hints or "return" not in hints:
+            raise TypeError(f"{protocol.__name__}.{name} must take one typed message "
+                            f"and declare its return type")
+        methods[name] = GatewayMethod(name, hints[parameters[0]], hints["return"])
+    return methods
+
+
+class GatewayProxy:
+    """Base of the generated callers: see `RpcService.connect`."""
+
+    def __init__(self, service: "RpcService", address: str, endpoint: str) -> None:
+        self._service = service
+        self.address = address
+        self.endpoint = endpoint
+
+    async def _call(self, method: GatewayMethod, request: Any, timeout: float | None) -> Any:
+        channel = self._service.channel(self.address)
+        stub = channel.unary_unary(f"/{self.endpoint}/{method.name}")
+        target = f"{self.endpoint}.{method.name} at {self.address}"
+        try:
+            data = await stub(codec.encode(request),
+                              timeout=self._service.ask_timeout if timeout is None else timeout)
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc(error, target) from None
+        return codec.decode(data, method.response_type)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.endpoint}@{self.address}>"
+
+
+@functools.lru_cache(maxsize=None)
+def proxy_class(protocol: type) -> type:
+    """A class with one async method per gateway method, each a call over the network."""
+    namespace = {}
+    for method in gateway_methods(protocol).values():
+        def make(method: GatewayMethod):
+            async def call(self, request, *, timeout: float | None = None):
+                return await self._call(method, request, timeout)
+            call.__name__ = call.__qualname__ = method.name
+            return call
+        namespace[method.name] = make(method)
+    return type(f"{protocol.__name__}Proxy", (GatewayProxy,), namespace)
+
+
+class _Dispatch(grpc.GenericRpcHandler):
+    def __init__(self, service: "RpcService") -> None:
+        self._service = service
+
+    def service(self, details: grpc.HandlerCallDetails):
+        endpoint, _, method = details.method.lstrip("/").rpartition("/")
+        return grpc.unary_unary_rpc_method_handler(
+            functools.partial(self._service._handle, endpoint, method))
+
+
+class RpcService:
+    """The server and client side of one process's control-plane RPC."""
+
+    def __init__(self, security: ClusterSecurity, host: str = "127.0.0.1", port: int = 0,
+                 max_message_size: int = 64 << 20, ask_timeout: float = 10.0) -> None:
+        self.security = security
+        self.host = host
+        self.ask_timeout = ask_timeout
+        self._port = port
+        self._options = [
+            ("grpc.max_receive_message_length", max_message_size),
+            ("grpc.max_send_message_length", max_message_size),
+        ]
+        self._endpoints: dict[str, tuple[type, object]] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._server: grpc.aio.Server | None = None
+        self.address: str | None = None
+
+    async def start(self) -> str:
+        self._server = grpc.aio.server(options=self._options)
+        self._server.add_generic_rpc_handlers((_Dispatch(self),))
+        port = self._server.add_secure_port(f"{self.host}:{self._port}",
+                                            self.security.server_credentials())
+        if port == 0:
+            raise OSError(f"cannot listen on {self.host}:{self._port}")
+        await self._server.start()
+        self.address = f"{self.host}:{port}"
+        return self.address
+
+    async def stop(self, grace: float = 1.0) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        if self._server is not None:
+            await self._server.stop(grace)
+
+    def register(self, name: str, protocol: type, endpoint: object) -> None:
+        if name in self._endpoints:
+            raise ValueError(f"endpoint {name!r} already registered")
+        gateway_methods(protocol)  # validates the protocol
+        self._endpoints[name] = (protocol, endpoint)
+
+    def unregister(self, name: str) -> None:
+        self._endpoints.pop(name, None)
+
+    def connect(self, address: str, endpoint: str, protocol: type) -> Any:
+        """A proxy for the endpoint `endpoint` at `address`, typed as `protocol`."""
+        return proxy_class(protocol)(self, address, endpoint)
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """One shared channel per remote process."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.secure_channel(address, self.security.channel_credentials(), options=[
+                *self._options,
+                ("grpc.ssl_target_name_override", TLS_NAME),
+                # A restarted peer must be reachable again quickly.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+            ])
+            self._channels[address] = channel
+        return channel
+
+    async def _handle(self, endpoint_name: str, method_name: str, request: bytes,
+                      context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            entry = self._endpoints.get(endpoint_name)
+            if entry is None:
+                raise UnknownEndpoint(f"no endpoint {endpoint_name!r} here")
+            protocol, endpoint = entry
+            method = gateway_methods(protocol).get(method_name)
+            if method is None:
+                raise UnknownEndpoint(f"{endpoint_name} has no method {method_name!r}")
+            message = codec.decode(request, method.request_type)
+            result = await getattr(endpoint, method_name)(message)
+            return codec.encode(result)
+        except (MalformedMessage, StaleCall, UnknownEndpoint) as error:
+            log.info("refused %s.%s: %s", endpoint_name, method_name, error)
+            await context.abort(STATUS_OF[type(error)], str(error))
+        except RpcError as error:
+            # A call this endpoint made failed; the caller sees it as our error.
+            await context.abort(grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+        except Exception as error:  # the endpoint's own failure: report, don't hide
+            log.exception("%s.%s failed", endpoint_name, method_name)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")

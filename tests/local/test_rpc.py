@@ -1,0 +1,163 @@
+"""The control-plane RPC over loopback: real gRPC, real TLS."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import grpc
+import msgspec
+import pytest
+
+from flinkyarn.gateways import ACK, Ack
+from flinkyarn.rpc import codec
+from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
+from flinkyarn.rpc.errors import (MalformedMessage, MessageTooLarge, StaleCall, UnknownEndpoint,
+                                  Unreachable)
+from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.service import RpcService
+
+
+class Add(msgspec.Struct, frozen=True):
+    leader_id: str
+    amount: int
+    note: str = ""
+
+
+class Total(msgspec.Struct, frozen=True):
+    value: int
+
+
+class CounterGateway(Protocol):
+    async def add(self, request: Add) -> Total:
+        ...
+
+    async def ping(self, request: Ack) -> Ack:
+        ...
+
+
+class Counter(RpcEndpoint):
+    def __init__(self, rpc):
+        super().__init__(rpc, "counter", CounterGateway)
+        self.leader_id = "leader-2"
+        self.value = 0
+
+    async def add(self, request: Add) -> Total:
+        check_fencing(self.leader_id, request.leader_id, "leader id")
+        self.assert_on_loop()
+        self.value += request.amount
+        return Total(self.value)
+
+    async def ping(self, request: Ack) -> Ack:
+        return ACK
+
+
+@pytest.fixture
+def security(tmp_path):
+    return ClusterSecurity.generate(tmp_path / "cluster")
+
+
+def run(scenario):
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+async def serve(security, **options):
+    server = RpcService(security, max_message_size=options.get("max_message_size", 64 << 20))
+    await server.start()
+    counter = Counter(server)
+    task = asyncio.create_task(counter.run())
+    await counter.running.wait()
+    return server, counter, task
+
+
+async def shutdown(server, counter, task, *clients):
+    counter.stop()
+    await task
+    for client in clients:
+        await client.stop()
+    await server.stop()
+
+
+def test_call_round_trip_changes_state_on_the_endpoint(security):
+    async def scenario():
+        server, counter, task = await serve(security)
+        client = RpcService(security)
+        gateway = client.connect(server.address, "counter", CounterGateway)
+        assert await gateway.add(Add("leader-2", 5)) == Total(5)
+        assert await gateway.add(Add("leader-2", 2)) == Total(7)
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_process_without_the_clusters_certificate_is_refused(security, tmp_path):
+    stranger = ClusterSecurity.generate(tmp_path / "other-cluster")
+
+    async def scenario():
+        server, counter, task = await serve(security)
+        client = RpcService(stranger)
+        gateway = client.connect(server.address, "counter", CounterGateway)
+        with pytest.raises(Unreachable):
+            await gateway.add(Add("leader-2", 5), timeout=5)
+        # Nor does a plaintext client get through.
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await channel.unary_unary("/counter/add")(codec.encode(Add("leader-2", 1)), timeout=5)
+        assert counter.value == 0
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_garbled_and_mistyped_messages_are_refused_and_change_nothing(security):
+    async def scenario():
+        server, counter, task = await serve(security)
+        client = RpcService(security)
+        channel = client.channel(server.address)
+        add = channel.unary_unary("/counter/add")
+        for junk in (b"\xc1\xff\x00garbage", codec.encode({"leader_id": "leader-2", "amount": "5"}),
+                     codec.encode(Total(3))):
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await add(junk, timeout=5)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "malformed Add" in error.value.details()
+        assert counter.value == 0
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_oversized_message_is_refused(security):
+    async def scenario():
+        server, counter, task = await serve(security, max_message_size=64 * 1024)
+        client = RpcService(security)
+        gateway = client.connect(server.address, "counter", CounterGateway)
+        with pytest.raises(MessageTooLarge):
+            await gateway.add(Add("leader-2", 1, note="x" * 200_000))
+        assert counter.value == 0
+        assert await gateway.add(Add("leader-2", 1)) == Total(1)
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_stale_fencing_token_is_dropped(security):
+    async def scenario():
+        server, counter, task = await serve(security)
+        client = RpcService(security)
+        gateway = client.connect(server.address, "counter", CounterGateway)
+        with pytest.raises(StaleCall, match="stale leader id"):
+            await gateway.add(Add("leader-1", 5))
+        assert counter.value == 0
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_unknown_endpoint_and_method(security):
+    async def scenario():
+        server, counter, task = await serve(security)
+        client = RpcService(security)
+        with pytest.raises(UnknownEndpoint, match="no endpoint 'nobody'"):
+            await client.connect(server.address, "nobody", CounterGateway).ping(ACK)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await client.channel(server.address).unary_unary("/counter/drop_tables")(b"", timeout=5)
+        assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
