@@ -7,8 +7,9 @@ from typing import Protocol
 import msgspec
 
 from flinkyarn.gateways import Ack, HeartbeatRequest
-from flinkyarn.ids import (AllocationID, ExecutionAttemptID, JobID, JobMasterId, JobVertexID,
-                           ResourceManagerId, SlotID)
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
+                           JobMasterId, JobVertexID, ResourceManagerId, SlotID)
+from flinkyarn.jobgraph import ResultPartitionType
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.slots import SlotReport
 
@@ -25,11 +26,21 @@ class AllocateSlot(msgspec.Struct, frozen=True):
     job_master_address: str
 
 
-class InputPartition(msgspec.Struct, frozen=True):
-    """One producer partition a task consumes."""
+class ConsumedPartition(msgspec.Struct, frozen=True):
+    """Partition `producer_subtask_index` of result `result_id`, which a task reads."""
 
-    producer_vertex: JobVertexID
-    producer_subtask: int
+    result_id: IntermediateDataSetID
+    producer_vertex_id: JobVertexID
+    producer_subtask_index: int
+    partition_type: ResultPartitionType
+
+
+class ProducedPartition(msgspec.Struct, frozen=True):
+    """A partition a task writes, with one subpartition per consumer subtask."""
+
+    result_id: IntermediateDataSetID
+    partition_type: ResultPartitionType
+    number_of_subpartitions: int
 
 
 class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):
@@ -42,7 +53,8 @@ class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):
     attempt_number: int
     allocation_id: AllocationID
     invokable: bytes  # cloudpickled; unpickled only inside the TaskExecutor
-    inputs: list[InputPartition] = []
+    consumed_partitions: list[ConsumedPartition] = []
+    produced_partitions: list[ProducedPartition] = []
 
 
 class SubmitTask(msgspec.Struct, frozen=True):

@@ -1,0 +1,89 @@
+"""DispatcherGateway: jobs in and out of the cluster. The REST API is its front end;
+these messages are also the REST API's JSON (clients decode them with validation)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from flinkyarn.gateways import Ack
+from flinkyarn.ids import JobID
+from flinkyarn.jobgraph import JobGraph
+
+
+class SubmitJob(msgspec.Struct, frozen=True):
+    job_graph: JobGraph
+
+
+class JobSubmitted(msgspec.Struct, frozen=True):
+    job_id: JobID
+
+
+class JobQuery(msgspec.Struct, frozen=True):
+    job_id: JobID
+
+
+class JobOverview(msgspec.Struct, frozen=True):
+    job_id: JobID
+    name: str
+    status: str           # JobStatus value: CREATED, RUNNING, FINISHED, FAILED, ...
+    start_time: float     # seconds since the epoch
+    end_time: float | None = None
+
+
+class JobList(msgspec.Struct, frozen=True):
+    jobs: list[JobOverview]
+
+
+class VertexDetails(msgspec.Struct, frozen=True):
+    vertex_id: str
+    name: str
+    parallelism: int
+    state: str
+    state_counts: dict[str, int]
+
+
+class JobDetails(msgspec.Struct, frozen=True):
+    job_id: JobID
+    name: str
+    status: str
+    start_time: float
+    end_time: float | None
+    failure_cause: str | None
+    vertices: list[VertexDetails]
+
+
+class SlotView(msgspec.Struct, frozen=True):
+    index: int
+    state: str
+    job_id: str | None = None
+
+
+class TaskExecutorView(msgspec.Struct, frozen=True):
+    resource_id: str
+    address: str
+    slots: list[SlotView]
+
+
+class ClusterOverview(msgspec.Struct, frozen=True):
+    task_executors: list[TaskExecutorView]
+    jobs: list[JobOverview]
+
+
+class DispatcherGateway(Protocol):
+    async def submit_job(self, request: SubmitJob) -> JobSubmitted:
+        """Refused (ValueError) for an invalid JobGraph or a job id already known."""
+        ...
+
+    async def list_jobs(self, request: Ack) -> JobList:
+        ...
+
+    async def job_details(self, request: JobQuery) -> JobDetails:
+        ...
+
+    async def cancel_job(self, request: JobQuery) -> Ack:
+        ...
+
+    async def cluster_overview(self, request: Ack) -> ClusterOverview:
+        ...

@@ -1,0 +1,194 @@
+"""Every configuration option of flinkyarn, and the small configuration objects built
+from them.
+
+Keys are Flink's where Flink has the option. `conf/flinkyarn.yaml` lists each option
+with its default and description; tests/unit/test_configuration.py keeps the two in step.
+Components do not read options one by one while running: they build a frozen
+configuration object once (`HeartbeatConfig.from_configuration(conf)`), which is where
+rules spanning several options are checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flinkyarn.configuration import (
+    BOOL,
+    DURATION,
+    MEMORY_SIZE,
+    POSITIVE_FLOAT,
+    STRING,
+    Configuration,
+    ConfigurationError,
+    choice,
+    integer,
+    option,
+)
+
+PORT = integer(0, 65535)
+
+# TaskExecutor resources
+NUM_TASK_SLOTS = option(
+    "taskmanager.numberOfTaskSlots", integer(1), "2",
+    "Number of slots one TaskExecutor offers.")
+TASK_MANAGER_CPU_CORES = option(
+    "taskmanager.cpu.cores", POSITIVE_FLOAT, "2.0",
+    "CPU cores of one TaskExecutor, shared by its slots.")
+TASK_MANAGER_PROCESS_MEMORY = option(
+    "taskmanager.memory.process.size", MEMORY_SIZE, "1 gb",
+    "Memory of one TaskExecutor process, shared by its slots.")
+
+# Heartbeats
+HEARTBEAT_INTERVAL = option(
+    "heartbeat.interval", DURATION, "10 s",
+    "How often a component sends a heartbeat request to the components it monitors.")
+HEARTBEAT_TIMEOUT = option(
+    "heartbeat.timeout", DURATION, "50 s",
+    "A monitored component that has not answered a heartbeat for this long is considered dead.")
+
+# Slots
+SLOT_REQUEST_TIMEOUT = option(
+    "slot.request.timeout", DURATION, "5 min",
+    "How long a JobMaster's slot request may stay unfulfilled before it fails.")
+SLOT_IDLE_TIMEOUT = option(
+    "slot.idle.timeout", DURATION, "50 s",
+    "How long a free slot stays cached in the JobMaster's SlotPool before it is released.")
+
+# ResourceManager
+TASK_MANAGER_TIMEOUT = option(
+    "resourcemanager.taskmanager-timeout", DURATION, "30 s",
+    "A TaskExecutor whose slots have all been free for this long is released.")
+LOCAL_MAX_TASK_MANAGERS = option(
+    "resourcemanager.local.max-taskmanagers", integer(1), "8",
+    "The most TaskExecutors the local resource manager driver starts at once.")
+
+# Registration of TaskExecutors and JobMasters at the ResourceManager
+TASK_MANAGER_REGISTRATION_TIMEOUT = option(
+    "taskmanager.registration.timeout", DURATION, "5 min",
+    "A TaskExecutor that cannot register at the ResourceManager within this time exits.")
+REGISTRATION_INITIAL_TIMEOUT = option(
+    "cluster.registration.initial-timeout", DURATION, "100 ms",
+    "Timeout of the first registration attempt; it doubles with each attempt that times out.")
+REGISTRATION_MAX_TIMEOUT = option(
+    "cluster.registration.max-timeout", DURATION, "30 s",
+    "Upper bound of the doubling registration attempt timeout.")
+REGISTRATION_ERROR_DELAY = option(
+    "cluster.registration.error-delay", DURATION, "10 s",
+    "Pause before retrying a registration attempt that failed with an error.")
+REGISTRATION_REFUSED_DELAY = option(
+    "cluster.registration.refused-registration-delay", DURATION, "30 s",
+    "Pause before retrying a registration the ResourceManager refused.")
+
+# RPC (control plane)
+RPC_MAX_MESSAGE_SIZE = option(
+    "rpc.max-message-size", MEMORY_SIZE, "64 mb",
+    "Largest control-plane message sent or accepted.")
+RPC_ASK_TIMEOUT = option(
+    "rpc.ask-timeout", DURATION, "10 s",
+    "Timeout of one control-plane call.")
+
+# Addresses and ports
+JOB_MANAGER_RPC_ADDRESS = option(
+    "jobmanager.rpc.address", STRING, "127.0.0.1",
+    "Address the JobManager's RPC endpoint binds to and advertises.")
+JOB_MANAGER_RPC_PORT = option(
+    "jobmanager.rpc.port", PORT, "0",
+    "Port of the JobManager's RPC endpoint; 0 picks any free port.")
+TASK_MANAGER_HOST = option(
+    "taskmanager.host", STRING, "127.0.0.1",
+    "Address a TaskExecutor's RPC endpoint binds to and advertises.")
+TASK_MANAGER_RPC_PORT = option(
+    "taskmanager.rpc.port", PORT, "0",
+    "Port of a TaskExecutor's RPC endpoint; 0 picks any free port.")
+
+# REST endpoint and client
+REST_ADDRESS = option(
+    "rest.address", STRING, "127.0.0.1",
+    "Address the JobManager's REST endpoint binds to and advertises.")
+REST_PORT = option(
+    "rest.port", PORT, "0",
+    "Port of the JobManager's REST endpoint; 0 picks any free port.")
+CLIENT_TIMEOUT = option(
+    "client.timeout", DURATION, "60 s",
+    "Timeout of one call from the client to the cluster.")
+
+# Execution
+EXECUTION_TARGET = option(
+    "execution.target", choice("local", "yarn-per-job", "yarn-session"), "local",
+    "Where jobs run: local processes, a YARN application per job, or a YARN session.")
+EXECUTION_ATTACHED = option(
+    "execution.attached", BOOL, "true",
+    "Whether the client waits for the job to finish and reports its result.")
+
+# YARN
+YARN_APPLICATION_QUEUE = option(
+    "yarn.application.queue", STRING, "default",
+    "YARN queue applications are submitted to.")
+YARN_APPLICATION_NAME = option(
+    "yarn.application.name", STRING, "",
+    "Name of the YARN application; empty lets flinkyarn choose one.")
+YARN_TAGS = option(
+    "yarn.tags", STRING, "",
+    "Comma-separated tags attached to the YARN application.")
+
+# Fault tolerance
+FAILOVER_STRATEGY = option(
+    "jobmanager.execution.failover-strategy", choice("full", "region"), "region",
+    "Which tasks restart after a failure: the whole job, or only the failed pipelined region.")
+RESTART_STRATEGY = option(
+    "restart-strategy.type", choice("none", "fixed-delay", "exponential-delay", "failure-rate"), "none",
+    "How a failed job restarts: never, after a fixed delay, after a growing delay, or while failures stay rare.")
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatConfig:
+    """Heartbeat timing in seconds. Invariant: 0 < interval < timeout."""
+
+    interval: float
+    timeout: float
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0:
+            raise ConfigurationError(f"option {HEARTBEAT_INTERVAL.key!r} must be greater than 0")
+        if self.timeout <= self.interval:
+            raise ConfigurationError(
+                f"option {HEARTBEAT_TIMEOUT.key!r} ({self.timeout:g} s) must be greater than "
+                f"{HEARTBEAT_INTERVAL.key!r} ({self.interval:g} s)"
+            )
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration) -> HeartbeatConfig:
+        return cls(interval=conf.get(HEARTBEAT_INTERVAL), timeout=conf.get(HEARTBEAT_TIMEOUT))
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationConfig:
+    """How a TaskExecutor (or JobMaster) retries registering at the ResourceManager, in
+    seconds: attempt timeouts start at `initial_backoff` and double up to `max_backoff`;
+    after an error wait `error_delay`, after a refusal `refused_delay`; give up after
+    `timeout`. Invariant: 0 < initial_backoff <= max_backoff."""
+
+    initial_backoff: float
+    max_backoff: float
+    error_delay: float
+    timeout: float
+    refused_delay: float = REGISTRATION_REFUSED_DELAY.default_value
+
+    def __post_init__(self) -> None:
+        if self.initial_backoff <= 0:
+            raise ConfigurationError(f"option {REGISTRATION_INITIAL_TIMEOUT.key!r} must be greater than 0")
+        if self.max_backoff < self.initial_backoff:
+            raise ConfigurationError(
+                f"option {REGISTRATION_MAX_TIMEOUT.key!r} ({self.max_backoff:g} s) must not be less than "
+                f"{REGISTRATION_INITIAL_TIMEOUT.key!r} ({self.initial_backoff:g} s)"
+            )
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration) -> RegistrationConfig:
+        return cls(
+            initial_backoff=conf.get(REGISTRATION_INITIAL_TIMEOUT),
+            max_backoff=conf.get(REGISTRATION_MAX_TIMEOUT),
+            error_delay=conf.get(REGISTRATION_ERROR_DELAY),
+            timeout=conf.get(TASK_MANAGER_REGISTRATION_TIMEOUT),
+            refused_delay=conf.get(REGISTRATION_REFUSED_DELAY),
+        )

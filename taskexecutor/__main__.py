@@ -1,0 +1,86 @@
+"""The TaskExecutor process: `python -m taskexecutor --resource-manager HOST:PORT ...`.
+
+Exits 0 when stopped by SIGTERM, 1 when it could not register in time or failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from flinkyarn import options
+from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
+from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.service import RpcService
+from taskexecutor.task_executor import RegistrationTimeout, TaskExecutor, TaskExecutorConfig
+
+log = logging.getLogger("taskexecutor")
+
+
+async def serve(args: argparse.Namespace, conf: Configuration) -> None:
+    rpc = RpcService(ClusterSecurity.load(Path(args.security_dir)),
+                     host=conf.get(options.TASK_MANAGER_HOST),
+                     port=conf.get(options.TASK_MANAGER_RPC_PORT),
+                     max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
+                     ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
+    address = await rpc.start()
+    executor = TaskExecutor(rpc, args.resource_id, args.resource_manager,
+                            TaskExecutorConfig.from_configuration(conf))
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, executor.stop)
+    log.info("TaskExecutor %s serving on %s, %d slots", args.resource_id, address,
+             executor.config.num_slots)
+    try:
+        await executor.run()
+    finally:
+        await rpc.stop(grace=0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m taskexecutor")
+    parser.add_argument("--resource-id", required=True)
+    parser.add_argument("--resource-manager", required=True, help="host:port of the AppMaster's RPC")
+    parser.add_argument("--security-dir", required=True)
+    parser.add_argument("-D", dest="properties", action="append", default=[])
+    parser.add_argument("--die-with-parent", type=int, metavar="PID",
+                        help="exit when process PID (the one starting us) dies")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s {args.resource_id} %(name)s: %(message)s")
+    try:
+        conf = Configuration.from_raw(parse_dynamic_properties(args.properties))
+    except ConfigurationError as error:
+        log.error("%s", error)
+        return 2
+    if args.die_with_parent is not None:
+        die_with_parent(args.die_with_parent)
+    try:
+        asyncio.run(serve(args, conf))
+    except ExceptionGroup as group:
+        timeouts = group.subgroup(RegistrationTimeout)
+        if timeouts is None:
+            raise
+        log.error("%s", timeouts.exceptions[0])
+        return 1
+    return 0
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: get SIGKILL when the process that started us dies, even by SIGKILL. Set
+    here, not in a preexec_fn: forking a process that runs gRPC must not run Python."""
+    import ctypes
+    import os
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before we asked
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""The TaskExecutor endpoint: offers slots, runs tasks, and keeps in touch with the
+ResourceManager and the JobMasters of the jobs it holds slots for.
+
+Flow (seed article, "Resource Management and Job Dispatching"):
+  1. register at the ResourceManager with a slot report, retrying with growing attempt
+     timeouts; exit if not registered within taskmanager.registration.timeout;
+  2. the ResourceManager gives a slot to a job (`allocate_slot`); if this TaskExecutor
+     has no connection to that job's JobMaster yet, it registers there first, then offers
+     the job's allocated slots; accepted slots become ACTIVE, rejected ones are freed;
+  3. the JobMaster submits tasks into ACTIVE slots; each runs in a thread of its own and
+     its state changes go back to the JobMaster in order;
+  4. the JobMaster frees slots it no longer needs; the TaskExecutor tells the
+     ResourceManager the slot is available again.
+
+Heartbeats (receiving side of both): the ResourceManager's requests are answered with
+the slot report, the JobMasters' with the job's allocation ids. On a ResourceManager
+timeout the connection is closed and registration starts again, tasks keep running; on
+a JobMaster timeout the job's tasks are cancelled and its slots freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from flinkyarn import options
+from flinkyarn.clock import Clock, SystemClock
+from flinkyarn.configuration import Configuration
+from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
+from flinkyarn.gateways.job_master import (JobMasterGateway, OfferSlots, RegisterTaskManager,
+                                           TaskState, UpdateTaskExecutionState,
+                                           job_master_endpoint)
+from flinkyarn.gateways.resource_manager import (NotifySlotAvailable, RegisterTaskExecutor,
+                                                 ResourceManagerGateway)
+from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot, CancelTask,
+                                              DisconnectJobManager, DisconnectResourceManager,
+                                              FreeSlot, JobHeartbeatRequest, SubmitTask,
+                                              TaskExecutorGateway)
+from flinkyarn.heartbeat import HeartbeatManager
+from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
+                           ResourceManagerId, SlotID)
+from flinkyarn.options import HeartbeatConfig, RegistrationConfig
+from flinkyarn.resources import ResourceProfile
+from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
+from flinkyarn.rpc.errors import RpcError
+from flinkyarn.rpc.service import RpcService
+from flinkyarn.slots import SlotReport
+from taskexecutor.slot_table import SlotTaken, TaskSlotTable
+from taskexecutor.task import Task
+
+log = logging.getLogger(__name__)
+
+
+class RegistrationTimeout(Exception):
+    """The TaskExecutor could not register at the ResourceManager in time: it exits."""
+
+
+@dataclass(frozen=True)
+class TaskExecutorConfig:
+    num_slots: int
+    total: ResourceProfile
+    heartbeat: HeartbeatConfig
+    registration: RegistrationConfig
+
+    @property
+    def slot_profile(self) -> ResourceProfile:
+        return ResourceProfile(self.total.cpu_cores / self.num_slots,
+                               self.total.memory_mb // self.num_slots)
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration) -> "TaskExecutorConfig":
+        return cls(
+            num_slots=conf.get(options.NUM_TASK_SLOTS),
+            total=ResourceProfile(conf.get(options.TASK_MANAGER_CPU_CORES),
+                                  conf.get(options.TASK_MANAGER_PROCESS_MEMORY) >> 20),
+            heartbeat=HeartbeatConfig.from_configuration(conf),
+            registration=RegistrationConfig.from_configuration(conf))
+
+
+@dataclass
+class ResourceManagerConnection:
+    resource_manager_id: ResourceManagerId
+    resource_id: ResourceID
+    instance_id: InstanceID
+
+
+@dataclass
+class JobManagerConnection:
+    job_id: JobID
+    job_master_id: JobMasterId
+    resource_id: ResourceID
+    gateway: JobMasterGateway
+
+
+class TaskExecutor(RpcEndpoint):
+    def __init__(self, rpc: RpcService, resource_id: ResourceID, resource_manager_address: str,
+                 config: TaskExecutorConfig, clock: Clock | None = None) -> None:
+        super().__init__(rpc, "taskexecutor", TaskExecutorGateway)
+        self.resource_id = resource_id
+        self.config = config
+        self._clock = clock or SystemClock()
+        self._rm: ResourceManagerGateway = rpc.connect(
+            resource_manager_address, "resourcemanager", ResourceManagerGateway)
+        self.slot_table = TaskSlotTable(resource_id, config.num_slots, config.slot_profile)
+        self.rm_connection: ResourceManagerConnection | None = None
+        self.job_connections: dict[JobID, JobManagerConnection] = {}
+        self._connecting: dict[JobID, asyncio.Task] = {}
+        self.tasks: dict[str, Task] = {}
+        self._updates: asyncio.Queue = asyncio.Queue()
+        timeout = config.heartbeat.timeout
+        self._rm_heartbeats: HeartbeatManager[None, SlotReport] = HeartbeatManager(
+            resource_id, timeout, self._clock, on_timeout=self._resource_manager_timed_out,
+            payload_for=lambda _rid: self.slot_table.report())
+        self._jm_heartbeats: HeartbeatManager = HeartbeatManager(
+            resource_id, timeout, self._clock, on_timeout=self._job_manager_timed_out)
+        self.registered = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def on_start(self) -> None:
+        self.spawn(self._register_at_resource_manager(), "registration")
+        self.spawn(self._send_task_updates(), "task-updates")
+        check = min(self.config.heartbeat.interval, self.config.heartbeat.timeout / 5)
+        self.every(lambda: check, self._check_heartbeats, "heartbeat-timeouts")
+
+    async def on_stop(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+
+    def _check_heartbeats(self) -> None:
+        self._rm_heartbeats.check_timeouts()
+        self._jm_heartbeats.check_timeouts()
+
+    # ------------------------------------------------------- ResourceManager side
+
+    async def _register_at_resource_manager(self) -> None:
+        """Retries with attempt timeouts doubling from the initial to the maximum; raises
+        RegistrationTimeout (ending the process) after taskmanager.registration.timeout."""
+        policy = self.config.registration
+        deadline = self._clock.monotonic() + policy.timeout
+        attempt_timeout = policy.initial_backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            request = RegisterTaskExecutor(self.resource_id, self.rpc.address,
+                                           self.slot_table.report(), self.config.total,
+                                           worker_id=self.resource_id)
+            try:
+                registration = await self._rm.register_task_executor(request, timeout=attempt_timeout)
+            except RpcError as error:
+                remaining = deadline - self._clock.monotonic()
+                if remaining <= 0:
+                    raise RegistrationTimeout(
+                        f"TaskExecutor {self.resource_id} could not register at the "
+                        f"ResourceManager within {policy.timeout:g} s "
+                        f"({attempt} attempts; last: {error})") from None
+                log.info("registration attempt %d failed (%s); retrying", attempt, error)
+                await asyncio.sleep(min(attempt_timeout, remaining))
+                attempt_timeout = min(attempt_timeout * 2, policy.max_backoff)
+                continue
+            self.rm_connection = ResourceManagerConnection(
+                registration.resource_manager_id, registration.resource_manager_resource_id,
+                registration.instance_id)
+            self._rm_heartbeats.monitor_target(registration.resource_manager_resource_id)
+            self.registered.set()
+            log.info("registered at ResourceManager %s as %s",
+                     registration.resource_manager_id, registration.instance_id)
+            return
+
+    def _close_resource_manager_connection(self, cause: str) -> None:
+        if self.rm_connection is None:
+            return
+        log.warning("closing the ResourceManager connection: %s; registering again", cause)
+        self._rm_heartbeats.unmonitor_target(self.rm_connection.resource_id)
+        self.rm_connection = None
+        self.registered.clear()
+        self.spawn(self._register_at_resource_manager(), "re-registration")
+
+    def _resource_manager_timed_out(self, resource_id: ResourceID) -> None:
+        self._close_resource_manager_connection(f"heartbeat of ResourceManager {resource_id} timed out")
+
+    async def heartbeat_from_resource_manager(self, request: HeartbeatRequest) -> SlotReport:
+        self._rm_heartbeats.answer_request(ResourceID(request.sender), None)
+        return self.slot_table.report()
+
+    async def disconnect_resource_manager(self, request: DisconnectResourceManager) -> Ack:
+        current = self.rm_connection.resource_manager_id if self.rm_connection else None
+        check_fencing(current, request.resource_manager_id, "ResourceManager id")
+        self._close_resource_manager_connection(request.cause)
+        return ACK
+
+    async def allocate_slot(self, request: AllocateSlot) -> Ack:
+        current = self.rm_connection.resource_manager_id if self.rm_connection else None
+        check_fencing(current, request.resource_manager_id, "ResourceManager id")
+        if request.slot_id.resource_id != self.resource_id:
+            raise SlotTaken(f"slot {request.slot_id} is not on {self.resource_id}")
+        newly = self.slot_table.allocate(request.slot_id.slot_number, request.job_id,
+                                         request.allocation_id)
+        if newly:
+            log.info("slot %d allocated to job %s (%s)", request.slot_id.slot_number,
+                     request.job_id, request.allocation_id)
+        self._offer_when_connected(request.job_id, request.job_master_address)
+        return ACK
+
+    async def _notify_slot_available(self, slot_index: int, allocation_id: AllocationID) -> None:
+        if self.rm_connection is None:
+            return  # the next registration's slot report tells the ResourceManager
+        try:
+            await self._rm.notify_slot_available(NotifySlotAvailable(
+                self.rm_connection.instance_id, SlotID(self.resource_id, slot_index), allocation_id))
+        except RpcError as error:
+            log.info("could not tell the ResourceManager about the free slot: %s", error)
+
+    # ------------------------------------------------------------- JobMaster side
+
+    def _offer_when_connected(self, job_id: JobID, address: str) -> None:
+        if job_id in self.job_connections:
+            self.spawn(self._offer_slots(job_id), f"offer-{job_id}")
+        elif job_id not in self._connecting:
+            self._connecting[job_id] = self.spawn(self._connect_to_job_master(job_id, address),
+                                                  f"connect-{job_id}")
+
+    async def _connect_to_job_master(self, job_id: JobID, address: str) -> None:
+        """Registers at a JobMaster this TaskExecutor has not seen yet, then offers."""
+        gateway = self.rpc.connect(address, job_master_endpoint(job_id), JobMasterGateway)
+        deadline = self._clock.monotonic() + self.config.heartbeat.timeout
+        delay = self.config.registration.initial_backoff
+        try:
+            while True:
+                try:
+                    registration = await gateway.register_task_manager(
+                        RegisterTaskManager(job_id, self.resource_id, self.rpc.address))
+                    break
+                except RpcError as error:
+                    if self._clock.monotonic() > deadline or not self.slot_table.slots_of_job(job_id):
+                        log.warning("giving up on the JobMaster of job %s: %s", job_id, error)
+                        await self._free_job_slots(job_id, f"JobMaster unreachable: {error}")
+                        return
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.config.registration.max_backoff)
+        finally:
+            self._connecting.pop(job_id, None)
+        self.job_connections[job_id] = JobManagerConnection(
+            job_id, registration.job_master_id, registration.job_master_resource_id, gateway)
+        self._jm_heartbeats.monitor_target(registration.job_master_resource_id)
+        await self._offer_slots(job_id)
+
+    async def _offer_slots(self, job_id: JobID) -> None:
+        connection = self.job_connections.get(job_id)
+        offers = self.slot_table.offers_for(job_id)
+        if connection is None or not offers:
+            return
+        try:
+            accepted = await connection.gateway.offer_slots(
+                OfferSlots(connection.job_master_id, self.resource_id, offers))
+        except RpcError as error:
+            log.warning("offering slots to job %s failed: %s", job_id, error)
+            return  # the JobMaster heartbeat decides whether the job is gone
+        accepted_ids = {offer.allocation_id for offer in accepted.offers}
+        for offer in offers:
+            if offer.allocation_id in accepted_ids:
+                self.slot_table.mark_active(offer.allocation_id)
+            else:
+                await self._free_slot(offer.allocation_id, "offer rejected by the JobMaster")
+
+    async def heartbeat_from_job_master(self, request: JobHeartbeatRequest) -> AllocatedSlotReport:
+        self._jm_heartbeats.answer_request(ResourceID(request.sender), None)
+        return AllocatedSlotReport(request.job_id, [
+            s.allocation_id for s in self.slot_table.slots_of_job(request.job_id)])
+
+    def _job_manager_timed_out(self, resource_id: ResourceID) -> None:
+        for job_id, connection in list(self.job_connections.items()):
+            if connection.resource_id == resource_id:
+                self.spawn(self._close_job_connection(job_id, f"heartbeat of JobMaster "
+                                                              f"{resource_id} timed out"),
+                           f"close-{job_id}")
+
+    async def disconnect_job_manager(self, request: DisconnectJobManager) -> Ack:
+        await self._close_job_connection(request.job_id, request.cause)
+        return ACK
+
+    async def _close_job_connection(self, job_id: JobID, cause: str) -> None:
+        connection = self.job_connections.pop(job_id, None)
+        if connection is not None:
+            self._jm_heartbeats.unmonitor_target(connection.resource_id)
+            log.warning("job %s: connection to its JobMaster closed: %s", job_id, cause)
+        await self._free_job_slots(job_id, cause)
+
+    async def _free_job_slots(self, job_id: JobID, cause: str) -> None:
+        for slot in self.slot_table.slots_of_job(job_id):
+            await self._free_slot(slot.allocation_id, cause)
+
+    # ----------------------------------------------------------------------- slots
+
+    async def free_slot(self, request: FreeSlot) -> Ack:
+        slot = self.slot_table.by_allocation(request.allocation_id)
+        if slot is None:
+            return ACK  # already free: idempotent
+        connection = self.job_connections.get(slot.job_id)
+        check_fencing(connection.job_master_id if connection else None, request.job_master_id,
+                      "JobMaster id")
+        await self._free_slot(request.allocation_id, request.cause)
+        if not self.slot_table.slots_of_job(slot.job_id):
+            self._release_job_connection(slot.job_id)
+        return ACK
+
+    def _release_job_connection(self, job_id: JobID) -> None:
+        """The job holds no slot here any more: stop watching its JobMaster."""
+        connection = self.job_connections.pop(job_id, None)
+        if connection is not None:
+            self._jm_heartbeats.unmonitor_target(connection.resource_id)
+
+    async def _free_slot(self, allocation_id: AllocationID, cause: str) -> None:
+        freed = self.slot_table.free(allocation_id)
+        if freed is None:
+            return
+        for attempt_id in freed.tasks:
+            task = self.tasks.get(attempt_id)
+            if task is not None:
+                task.cancel()
+        log.info("slot %d freed (%s): %s", freed.index, allocation_id, cause)
+        await self._notify_slot_available(freed.index, allocation_id)
+
+    # ----------------------------------------------------------------------- tasks
+
+    async def submit_task(self, request: SubmitTask) -> Ack:
+        deployment = request.deployment
+        connection = self.job_connections.get(deployment.job_id)
+        check_fencing(connection.job_master_id if connection else None, request.job_master_id,
+                      "JobMaster id")
+        if deployment.attempt_id in self.tasks:
+            return ACK
+        self.slot_table.add_task(deployment.allocation_id, deployment.attempt_id)
+        loop = asyncio.get_running_loop()
+        task = Task(deployment, lambda t, state, error: loop.call_soon_threadsafe(
+            self._task_state_changed, t, state, error))
+        self.tasks[deployment.attempt_id] = task
+        task.start()
+        return ACK
+
+    async def cancel_task(self, request: CancelTask) -> Ack:
+        task = self.tasks.get(request.attempt_id)
+        if task is None:
+            return ACK
+        connection = self.job_connections.get(task.deployment.job_id)
+        check_fencing(connection.job_master_id if connection else None, request.job_master_id,
+                      "JobMaster id")
+        task.cancel()
+        return ACK
+
+    def _task_state_changed(self, task: Task, state: TaskState, error: str | None) -> None:
+        self.assert_on_loop()
+        if state in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELED):
+            self.tasks.pop(task.attempt_id, None)
+            self.slot_table.remove_task(task.attempt_id)
+        self._updates.put_nowait((task.deployment.job_id, task.attempt_id, state, error))
+
+    async def _send_task_updates(self) -> None:
+        """Sends task state changes one at a time, so each task's arrive in order."""
+        while True:
+            job_id, attempt_id, state, error = await self._updates.get()
+            connection = self.job_connections.get(job_id)
+            if connection is None:
+                continue
+            try:
+                await connection.gateway.update_task_execution_state(UpdateTaskExecutionState(
+                    connection.job_master_id, attempt_id, state, error))
+            except RpcError as failure:
+                log.warning("could not report %s of %s to its JobMaster: %s", state.value,
+                            attempt_id, failure)

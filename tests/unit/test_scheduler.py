@@ -1,0 +1,406 @@
+"""The Scheduler as a specification: events in, commands out, no network."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID, JobID,
+                           JobVertexID, ResourceID)
+from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex, ResultPartitionType, ScheduleMode
+from flinkyarn.resources import UNKNOWN, ResourceProfile
+from yarn_am.jobmaster.execution_graph import (ExecutionGraph, ExecutionState,
+                                               IllegalStateTransition, JobStatus)
+from yarn_am.jobmaster.scheduler import (CancelSlotRequest, CancelTask, DeployTask,
+                                         JobTerminated, ReleaseSlot, RequestSlot, Scheduler,
+                                         SlotInfo, TaskDeploymentDescriptor)
+
+S = ExecutionState
+BLOCKING = ResultPartitionType.BLOCKING
+EAGER, LAZY = ScheduleMode.EAGER, ScheduleMode.LAZY_FROM_SOURCES
+
+
+def vertex(name: str, parallelism: int, group: str | None = "default",
+           resources: ResourceProfile = UNKNOWN) -> JobVertex:
+    return JobVertex(JobVertexID(name), name.upper(), parallelism, b"code-" + name.encode(),
+                     group, resources)
+
+
+def scheduler(vertices, edges=(), mode=EAGER) -> Scheduler:
+    return Scheduler(ExecutionGraph(JobGraph(JobID("job"), "test", vertices, list(edges), mode)))
+
+
+def ev(name: str, index: int) -> ExecutionVertexID:
+    return ExecutionVertexID(JobVertexID(name), index)
+
+
+def of(commands, kind) -> list:
+    return [c for c in commands if isinstance(c, kind)]
+
+
+class Cluster:
+    """Plays SlotPool and TaskExecutors: a distinct slot per request, reports by vertex."""
+
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.slots: dict[str, SlotInfo] = {}
+        self.deployed: dict[ExecutionVertexID, TaskDeploymentDescriptor] = {}
+        self.now = 0.0
+
+    def assign(self, commands) -> list:
+        """Fulfil every RequestSlot in `commands`; returns all commands that follow."""
+        out = []
+        for request in of(commands, RequestSlot):
+            n = len(self.slots)
+            slot = SlotInfo(AllocationID(f"alloc-{n}"), ResourceID(f"te-{n}"), 0, f"te-{n}:1")
+            self.slots[request.request_id] = slot
+            out += self.s.slot_assigned(request.request_id, slot, self.now)
+        self.record(commands + out)
+        return out
+
+    def record(self, commands) -> None:
+        for deploy in of(commands, DeployTask):
+            d = deploy.descriptor
+            self.deployed[ExecutionVertexID(d.vertex_id, d.subtask_index)] = d
+
+    def report(self, evid: ExecutionVertexID, state: ExecutionState, error=None) -> list:
+        self.now += 1.0
+        out = self.s.task_state_changed(self.deployed[evid].attempt_id, state, error, self.now)
+        self.record(out)
+        return out
+
+    def finish(self, evid: ExecutionVertexID) -> list:
+        return self.report(evid, S.RUNNING) + self.report(evid, S.FINISHED)
+
+    def state(self, evid: ExecutionVertexID) -> ExecutionState:
+        return self.s.execution_graph.vertex(evid).state
+
+
+def started(vertices, edges=(), mode=EAGER) -> tuple[Cluster, list]:
+    cluster = Cluster(scheduler(vertices, edges, mode))
+    commands = cluster.s.start(0.0)
+    return cluster, commands
+
+
+# ---- slot sharing ---------------------------------------------------------------------------
+
+def test_subtask_i_of_every_vertex_in_a_group_shares_slot_i():
+    c, commands = started([vertex("a", 3, resources=ResourceProfile(1.0, 100)),
+                           vertex("b", 3, resources=ResourceProfile(0.5, 200))],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+
+    assert commands == [RequestSlot(f"default/{i}", ResourceProfile(1.5, 300)) for i in range(3)]
+    assert all(c.state(v.id) is S.SCHEDULED for v in c.s.execution_graph.execution_vertices())
+    assert c.s.slot_request_id(ev("a", 1)) == c.s.slot_request_id(ev("b", 1)) == "default/1"
+
+
+def test_a_shared_slot_asks_only_for_the_vertices_that_use_it_and_unknown_wins():
+    _, commands = started([vertex("a", 2, resources=ResourceProfile(1.0, 100)),
+                           vertex("b", 1, resources=ResourceProfile(2.0, 50)),
+                           vertex("c", 1, group="g", resources=UNKNOWN),
+                           vertex("d", 1, group="g", resources=ResourceProfile(1.0, 1))])
+
+    assert commands == [RequestSlot("default/0", ResourceProfile(3.0, 150)),
+                        RequestSlot("default/1", ResourceProfile(1.0, 100)),
+                        RequestSlot("g/0", UNKNOWN)]
+
+
+def test_a_vertex_without_a_group_gets_a_slot_of_its_own_per_subtask():
+    _, commands = started([vertex("a", 2), vertex("b", 2), vertex("lonely", 2, group=None)])
+
+    requests = [r.request_id for r in of(commands, RequestSlot)]
+    assert len(requests) == 4 and len(set(requests)) == 4
+    assert requests[:2] == ["default/0", "default/1"]
+
+
+def test_two_subtasks_of_one_vertex_never_share_a_slot():
+    c, commands = started([vertex("a", 4), vertex("b", 2), vertex("c", 3, group=None)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    c.assign(commands)
+
+    per_slot = Counter((d.allocation_id, d.vertex_id) for d in c.deployed.values())
+    assert len(c.deployed) == 9 and set(per_slot.values()) == {1}
+    assert c.deployed[ev("a", 1)].allocation_id == c.deployed[ev("b", 1)].allocation_id
+
+
+# ---- eager scheduling -----------------------------------------------------------------------
+
+def test_eager_deploys_every_subtask_once_its_slot_is_assigned():
+    c, commands = started([vertex("a", 2), vertex("b", 2)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    assert of(commands, DeployTask) == []
+
+    first = c.s.slot_assigned("default/0", SlotInfo(AllocationID("x"), ResourceID("te"), 3,
+                                                     "te:1"), 1.0)
+    assert [(d.descriptor.vertex_id, d.descriptor.subtask_index) for d in first] == [
+        ("a", 0), ("b", 0)]
+    assert c.state(ev("a", 1)) is S.SCHEDULED
+    deploy_b = first[1]
+    assert deploy_b.task_executor_address == "te:1"
+    d = deploy_b.descriptor
+    assert (d.job_id, d.vertex_name, d.parallelism, d.attempt_number) == ("job", "B", 2, 0)
+    assert (d.allocation_id, d.resource_id, d.invokable) == ("x", "te", b"code-b")
+    assert [(p.producer_vertex_id, p.producer_subtask_index) for p in d.consumed_partitions] \
+        == [("a", 0), ("a", 1)]
+    assert c.s.execution_graph.execution(d.attempt_id).state is S.DEPLOYING
+
+    c.assign([RequestSlot("default/1", UNKNOWN)])
+    assert all(c.state(v.id) is S.DEPLOYING for v in c.s.execution_graph.execution_vertices())
+
+
+def test_job_finishes_when_every_task_finished_and_gives_back_every_slot():
+    c, commands = started([vertex("a", 2), vertex("b", 2), vertex("x", 1, group=None)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    c.assign(commands)
+    released = []
+    for evid in [ev("a", 0), ev("a", 1), ev("b", 0), ev("x", 0)]:
+        out = c.finish(evid)
+        assert of(out, JobTerminated) == []
+        released += of(out, ReleaseSlot)
+
+    last = c.finish(ev("b", 1))
+
+    assert last[-1] == JobTerminated(JobStatus.FINISHED, None)
+    released += of(last, ReleaseSlot)
+    assert sorted(r.request_id for r in released) == sorted(c.slots)
+    assert c.s.job_status is JobStatus.FINISHED
+
+
+def test_a_slot_is_released_as_soon_as_all_its_tasks_are_terminal():
+    c, commands = started([vertex("a", 2), vertex("b", 2)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    c.assign(commands)
+
+    assert of(c.finish(ev("a", 0)), ReleaseSlot) == []
+    assert c.finish(ev("b", 0)) == [ReleaseSlot("default/0")]
+
+
+# ---- lazy from sources ----------------------------------------------------------------------
+
+def test_lazy_deploys_consumers_of_a_blocking_edge_only_after_every_producer_finished():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, commands = started([vertex("a", 3), vertex("b", 2)], edges, mode=LAZY)
+    assert commands == [RequestSlot(f"default/{i}", UNKNOWN) for i in range(3)]
+    c.assign(commands)
+    assert set(c.deployed) == {ev("a", 0), ev("a", 1), ev("a", 2)}
+    assert c.state(ev("b", 0)) is S.CREATED
+
+    assert of(c.finish(ev("a", 0)) + c.finish(ev("a", 1)), DeployTask) == []
+    out = c.finish(ev("a", 2))
+
+    # b runs straight in the slots a held; slot 2 served only a.
+    assert [(d.descriptor.vertex_id, d.descriptor.subtask_index) for d in of(out, DeployTask)] \
+        == [("b", 0), ("b", 1)]
+    assert of(out, RequestSlot) == [] and of(out, ReleaseSlot) == [ReleaseSlot("default/2")]
+    assert [p.partition_type for p in c.deployed[ev("b", 0)].consumed_partitions] == [BLOCKING] * 3
+
+
+def test_lazy_requests_slots_for_a_consumer_region_in_another_group_when_it_is_ready():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING),
+             JobEdge(JobVertexID("b"), JobVertexID("c"))]  # b -> c pipelined: one region
+    c, commands = started([vertex("a", 1), vertex("b", 1, group="g"), vertex("c", 1, group="g")],
+                          edges, mode=LAZY)
+    assert commands == [RequestSlot("default/0", UNKNOWN)]
+    c.assign(commands)
+
+    out = c.finish(ev("a", 0))
+
+    assert of(out, RequestSlot) == [RequestSlot("g/0", UNKNOWN)]
+    assert out[-1] == ReleaseSlot("default/0")
+    c.assign(out)
+    assert c.state(ev("b", 0)) is S.DEPLOYING and c.state(ev("c", 0)) is S.DEPLOYING
+
+
+def test_lazy_schedules_regions_without_blocking_inputs_at_once():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("c"), partition_type=BLOCKING),
+             JobEdge(JobVertexID("b"), JobVertexID("c"), partition_type=BLOCKING)]
+    c, commands = started([vertex("a", 1), vertex("b", 1, group=None), vertex("c", 1)],
+                          edges, mode=LAZY)
+    c.assign(commands)
+    assert set(c.deployed) == {ev("a", 0), ev("b", 0)}
+
+    assert of(c.finish(ev("a", 0)), DeployTask) == []  # c still waits for b
+    assert of(c.finish(ev("b", 0)), DeployTask) != []
+
+
+# ---- failures and cancellation --------------------------------------------------------------
+
+def test_a_task_failure_cancels_the_others_and_fails_the_job_naming_vertex_and_error():
+    c, commands = started([vertex("a", 2), vertex("x", 1, group=None)])
+    c.assign([r for r in commands if r.request_id != "default/1"])  # a#1 still waits
+    c.report(ev("x", 0), S.RUNNING)
+
+    out = c.report(ev("a", 0), S.FAILED, "ZeroDivisionError: division by zero")
+
+    assert c.s.job_status is JobStatus.FAILING
+    x = c.deployed[ev("x", 0)]
+    assert of(out, CancelTask) == [CancelTask(x.attempt_id, ResourceID("te-1"),
+                                              AllocationID("alloc-1"), "te-1:1")]
+    assert c.state(ev("a", 1)) is S.CANCELED  # never deployed: nothing to cancel
+    assert CancelSlotRequest("default/1") in out and ReleaseSlot("default/0") in out
+    assert of(out, JobTerminated) == []
+
+    last = c.report(ev("x", 0), S.CANCELED)
+
+    assert last == [ReleaseSlot("x#0"), JobTerminated(JobStatus.FAILED, c.s.failure_cause)]
+    assert c.s.job_status is JobStatus.FAILED
+    assert "A (1/2)" in c.s.failure_cause and "division by zero" in c.s.failure_cause
+
+
+def test_only_the_first_failure_is_the_cause_and_a_finish_while_canceling_counts_as_canceled():
+    c, commands = started([vertex("a", 3)])
+    c.assign(commands)
+    c.report(ev("a", 0), S.FAILED, "first")
+
+    c.report(ev("a", 1), S.FAILED, "second")
+    last = c.report(ev("a", 2), S.FINISHED)
+
+    assert last[-1] == JobTerminated(JobStatus.FAILED, c.s.failure_cause)
+    assert "first" in c.s.failure_cause and "second" not in c.s.failure_cause
+    assert c.state(ev("a", 1)) is S.CANCELED and c.state(ev("a", 2)) is S.CANCELED
+
+
+def test_cancel_cancels_running_tasks_and_pending_requests_and_ends_canceled():
+    c, commands = started([vertex("a", 2)])
+    c.assign([RequestSlot("default/0", UNKNOWN)])
+    c.report(ev("a", 0), S.RUNNING)
+
+    out = c.s.cancel(5.0)
+
+    assert c.s.job_status is JobStatus.CANCELLING
+    assert of(out, CancelTask) and of(out, CancelTask)[0].attempt_id == \
+        c.deployed[ev("a", 0)].attempt_id
+    assert of(out, CancelSlotRequest) == [CancelSlotRequest("default/1")]
+    assert c.s.cancel(6.0) == []  # idempotent
+    assert c.report(ev("a", 0), S.CANCELED) == [ReleaseSlot("default/0"),
+                                                JobTerminated(JobStatus.CANCELED, None)]
+    assert c.s.job_status is JobStatus.CANCELED
+    # the slot of the cancelled request arrives anyway: give it straight back
+    late = SlotInfo(AllocationID("late"), ResourceID("te"), 0, "te:1")
+    assert c.s.slot_assigned("default/1", late, 7.0) == [ReleaseSlot("default/1")]
+
+
+def test_cancel_before_any_slot_arrived_ends_canceled_at_once():
+    c, commands = started([vertex("a", 1)])
+
+    assert c.s.cancel(1.0) == [CancelSlotRequest("default/0"),
+                               JobTerminated(JobStatus.CANCELED, None)]
+
+
+def test_a_stale_attempts_report_changes_nothing():
+    c, commands = started([vertex("a", 1)])
+    c.assign(commands)
+    before = c.s.vertex_states()
+
+    for state in (S.RUNNING, S.FINISHED, S.FAILED):
+        assert c.s.task_state_changed(ExecutionAttemptID("old-attempt"), state, "x", 1.0) == []
+
+    assert c.s.vertex_states() == before and c.s.job_status is JobStatus.RUNNING
+    assert c.state(ev("a", 0)) is S.DEPLOYING
+
+
+def test_a_task_executor_cannot_report_states_only_the_job_master_sets():
+    c, commands = started([vertex("a", 1)])
+    c.assign(commands)
+
+    for state in (S.CREATED, S.SCHEDULED, S.DEPLOYING, S.CANCELING):
+        with pytest.raises(ValueError):
+            c.report(ev("a", 0), state)
+    assert c.state(ev("a", 0)) is S.DEPLOYING
+
+
+def test_reports_after_a_terminal_state_or_older_than_known_progress_are_ignored():
+    c, commands = started([vertex("a", 2)])
+    c.assign(commands)
+    c.report(ev("a", 0), S.RUNNING)
+    assert c.report(ev("a", 0), S.INITIALIZING) == []
+    assert c.state(ev("a", 0)) is S.RUNNING
+    c.report(ev("a", 0), S.FINISHED)
+
+    assert c.report(ev("a", 0), S.FAILED, "late") == []
+    assert c.s.job_status is JobStatus.RUNNING
+
+
+def test_a_slot_lost_fails_its_tasks_and_the_job():
+    c, commands = started([vertex("a", 2), vertex("b", 2)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    c.assign(commands)
+    c.report(ev("a", 1), S.RUNNING)
+
+    out = c.s.slot_lost("default/0", "TaskExecutor te-0 lost", 3.0)
+
+    assert c.state(ev("a", 0)) is S.FAILED and c.state(ev("b", 0)) is S.FAILED
+    assert {t.attempt_id for t in of(out, CancelTask)} == {
+        c.deployed[ev("a", 1)].attempt_id, c.deployed[ev("b", 1)].attempt_id}
+    assert ReleaseSlot("default/0") not in out  # it is gone already
+    c.report(ev("a", 1), S.CANCELED)
+    last = c.report(ev("b", 1), S.CANCELED)
+    assert last == [ReleaseSlot("default/1"), JobTerminated(JobStatus.FAILED, c.s.failure_cause)]
+    assert "te-0 lost" in c.s.failure_cause
+
+
+def test_a_lost_slot_that_held_only_waiting_subtasks_is_requested_again_for_them():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING),
+             JobEdge(JobVertexID("x"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, commands = started([vertex("a", 1), vertex("b", 1), vertex("x", 1, group=None)], edges,
+                          mode=LAZY)
+    c.assign(commands)
+    c.finish(ev("a", 0))  # default/0 stays held for b, which also waits for x
+
+    assert c.s.slot_lost("default/0", "TaskExecutor te-0 lost", 5.0) == []
+    assert c.s.job_status is JobStatus.RUNNING
+    out = c.finish(ev("x", 0))
+
+    assert of(out, RequestSlot) == [RequestSlot("default/0", UNKNOWN)]
+    assert c.state(ev("b", 0)) is S.SCHEDULED
+
+
+def test_a_slot_request_that_fails_fails_the_job():
+    c, commands = started([vertex("a", 2)])
+    c.assign([RequestSlot("default/0", UNKNOWN)])
+
+    out = c.s.slot_request_failed("default/1", "no TaskExecutor fits 64 cpu", 2.0)
+
+    assert c.state(ev("a", 1)) is S.FAILED
+    assert c.s.execution_graph.vertex(ev("a", 1)).current_execution.failure_cause.endswith(
+        "no TaskExecutor fits 64 cpu")
+    assert of(out, CancelTask)[0].attempt_id == c.deployed[ev("a", 0)].attempt_id
+    assert "A (2/2)" in c.s.failure_cause
+    assert c.s.slot_request_failed("default/1", "again", 3.0) == []
+
+
+def test_a_task_the_task_executor_canceled_on_its_own_is_a_failure():
+    c, commands = started([vertex("a", 1)])
+    c.assign(commands)
+
+    out = c.report(ev("a", 0), S.CANCELED)
+
+    assert out[-1].status is JobStatus.FAILED
+
+
+# ---- queries --------------------------------------------------------------------------------
+
+def test_vertex_states_and_summaries_count_subtasks_per_state():
+    c, commands = started([vertex("a", 3), vertex("b", 1)])
+    c.assign(commands)
+    c.finish(ev("a", 0))
+    c.report(ev("a", 1), S.RUNNING)
+
+    states = c.s.vertex_states()
+
+    assert states[JobVertexID("a")][S.FINISHED] == 1
+    assert states[JobVertexID("a")][S.RUNNING] == 1
+    assert states[JobVertexID("a")][S.DEPLOYING] == 1
+    assert states[JobVertexID("b")][S.DEPLOYING] == 1
+    assert sum(states[JobVertexID("b")].values()) == 1
+    a, b = c.s.vertex_summaries()
+    assert (a.name, a.parallelism, a.state) == ("A", 3, S.RUNNING)
+    assert (b.name, b.parallelism, b.state) == ("B", 1, S.DEPLOYING)
+
+
+def test_start_twice_is_a_programming_error():
+    c, _ = started([vertex("a", 1)])
+
+    with pytest.raises(IllegalStateTransition):
+        c.s.start(1.0)

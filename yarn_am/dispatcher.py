@@ -1,0 +1,120 @@
+"""The Dispatcher: accepts JobGraphs, starts one JobMaster per job, and keeps every
+job's status, also after it ended. Several jobs may run at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from flinkyarn.gateways import ACK, Ack
+from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
+                                           JobList, JobOverview, JobQuery, JobSubmitted,
+                                           SlotView, SubmitJob, TaskExecutorView, VertexDetails)
+from flinkyarn.ids import JobID
+from flinkyarn.rpc.endpoint import RpcEndpoint
+from flinkyarn.rpc.service import RpcService
+from yarn_am.jobmaster.execution_graph import JobStatus
+from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
+from yarn_am.resourcemanager.resource_manager import ResourceManager
+
+log = logging.getLogger(__name__)
+
+
+class UnknownJob(KeyError):
+    pass
+
+
+@dataclass
+class JobRecord:
+    job_master: JobMaster
+    result: JobResult | None = None
+
+
+class Dispatcher(RpcEndpoint):
+    def __init__(self, rpc: RpcService, resource_manager: ResourceManager,
+                 job_master_config: JobMasterConfig) -> None:
+        super().__init__(rpc, "dispatcher", DispatcherGateway)
+        self._resource_manager = resource_manager
+        self._job_master_config = job_master_config
+        self.jobs: dict[JobID, JobRecord] = {}
+        self.job_ended = asyncio.Condition()
+
+    async def on_stop(self) -> None:
+        for record in self.jobs.values():
+            if record.result is None:
+                record.job_master.stop()
+
+    async def submit_job(self, request: SubmitJob) -> JobSubmitted:
+        graph = request.job_graph
+        graph.validate()
+        if graph.job_id in self.jobs:
+            raise ValueError(f"job {graph.job_id} was already submitted")
+        job_master = JobMaster(self.rpc, graph, self.rpc.address, self._job_master_config,
+                               on_terminated=self._job_terminated)
+        self.jobs[graph.job_id] = JobRecord(job_master)
+        self.spawn(job_master.run(), f"jobmaster-{graph.job_id}")
+        log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
+        return JobSubmitted(graph.job_id)
+
+    def _job_terminated(self, result: JobResult) -> None:
+        self.jobs[result.job_id].result = result
+        self.spawn(self._notify_ended(), f"ended-{result.job_id}")
+
+    async def _notify_ended(self) -> None:
+        async with self.job_ended:
+            self.job_ended.notify_all()
+
+    def _record(self, job_id: JobID) -> JobRecord:
+        record = self.jobs.get(job_id)
+        if record is None:
+            raise UnknownJob(f"no job {job_id} in this cluster")
+        return record
+
+    async def cancel_job(self, request: JobQuery) -> Ack:
+        record = self._record(request.job_id)
+        if record.result is None:
+            record.job_master.cancel()
+        return ACK
+
+    async def list_jobs(self, request: Ack) -> JobList:
+        return JobList([self._overview(record) for record in self.jobs.values()])
+
+    def _overview(self, record: JobRecord) -> JobOverview:
+        if record.result is not None:
+            r = record.result
+            return JobOverview(r.job_id, r.name, r.status.value, r.start_time, r.end_time)
+        jm = record.job_master
+        return JobOverview(jm.job_id, jm.job_graph.name, jm.status.value, jm.start_time, None)
+
+    async def job_details(self, request: JobQuery) -> JobDetails:
+        record = self._record(request.job_id)
+        overview = self._overview(record)
+        scheduler = record.job_master.scheduler
+        vertices = [VertexDetails(v.vertex_id, v.name, v.parallelism, v.state.value,
+                                  {s.value: n for s, n in v.state_counts.items() if n})
+                    for v in scheduler.vertex_summaries()]
+        cause = record.result.failure_cause if record.result else scheduler.failure_cause
+        return JobDetails(overview.job_id, overview.name, overview.status, overview.start_time,
+                          overview.end_time, cause, vertices)
+
+    async def cluster_overview(self, request: Ack) -> ClusterOverview:
+        executors = [TaskExecutorView(record.resource_id, record.address,
+                                      [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots])
+                     for record, slots in self._resource_manager.task_executor_overview()]
+        return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs)
+
+    def running_jobs(self) -> list[JobID]:
+        return [job_id for job_id, r in self.jobs.items() if r.result is None]
+
+    def is_terminal(self, job_id: JobID) -> bool:
+        record = self.jobs.get(job_id)
+        return record is not None and record.result is not None
+
+    @staticmethod
+    def now() -> float:
+        return time.time()
+
+
+TERMINAL = {JobStatus.FINISHED.value, JobStatus.FAILED.value, JobStatus.CANCELED.value}

@@ -1,0 +1,1 @@
+"""The JobMaster of one job: its SlotPool, scheduler and ExecutionGraph."""

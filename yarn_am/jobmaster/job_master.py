@@ -1,0 +1,341 @@
+"""The JobMaster endpoint: runs one job. The decisions are the Scheduler's (over the
+ExecutionGraph) and the SlotPool's; this endpoint carries their commands out over RPC
+and feeds them the answers.
+
+Connections and heartbeats (seed articles):
+- registers at the ResourceManager, retrying; the ResourceManager heartbeats it. On a
+  ResourceManager timeout the SlotPool is disconnected (pending requests are resent
+  on reconnection) and registration starts again.
+- TaskExecutors register here when the ResourceManager gives them a slot of this job;
+  the JobMaster heartbeats each. On a TaskExecutor timeout its slots are released from
+  the SlotPool, and the tasks in them fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from flinkyarn import options
+from flinkyarn.clock import Clock, SystemClock
+from flinkyarn.configuration import Configuration
+from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
+from flinkyarn.gateways.job_master import (AcceptedSlots, DisconnectTaskManager,
+                                           JobMasterGateway, OfferSlots, RegisterTaskManager,
+                                           SlotRequestFailed as SlotRequestFailedCall,
+                                           TaskManagerRegistration, UpdateTaskExecutionState,
+                                           job_master_endpoint)
+from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlotRequestCall,
+                                                 DisconnectJobMaster, RegisterJobMaster,
+                                                 RequestSlot as RequestSlotCall,
+                                                 ResourceManagerGateway)
+from flinkyarn.gateways import task_executor as te
+from flinkyarn.heartbeat import HeartbeatManager
+from flinkyarn.ids import JobMasterId, ResourceID, ResourceManagerId, new_id
+from flinkyarn.jobgraph import JobGraph
+from flinkyarn.options import HeartbeatConfig, RegistrationConfig
+from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
+from flinkyarn.rpc.errors import RemoteError, RpcError
+from flinkyarn.rpc.service import RpcService
+from yarn_am.jobmaster import scheduler as sch
+from yarn_am.jobmaster import slot_pool as sp
+from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState, JobStatus, SlotInfo
+from yarn_am.jobmaster.scheduler import Scheduler
+from yarn_am.jobmaster.slot_pool import SlotPool, SlotRequestId
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobMasterConfig:
+    heartbeat: HeartbeatConfig
+    registration: RegistrationConfig
+    slot_idle_timeout: float
+    slot_request_timeout: float
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration) -> "JobMasterConfig":
+        return cls(HeartbeatConfig.from_configuration(conf),
+                   RegistrationConfig.from_configuration(conf),
+                   conf.get(options.SLOT_IDLE_TIMEOUT), conf.get(options.SLOT_REQUEST_TIMEOUT))
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    name: str
+    status: JobStatus
+    failure_cause: str | None
+    start_time: float
+    end_time: float
+
+
+@dataclass
+class TaskManagerRecord:
+    resource_id: ResourceID
+    address: str
+    gateway: te.TaskExecutorGateway
+
+
+class JobMaster(RpcEndpoint):
+    def __init__(self, rpc: RpcService, job_graph: JobGraph, resource_manager_address: str,
+                 config: JobMasterConfig, on_terminated: Callable[[JobResult], None],
+                 clock: Clock | None = None) -> None:
+        super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway)
+        self.job_graph = job_graph
+        self.job_id = job_graph.job_id
+        self.config = config
+        self._clock = clock or SystemClock()
+        self._on_terminated = on_terminated
+        self.job_master_id = JobMasterId(new_id())
+        self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
+        self.scheduler = Scheduler(ExecutionGraph(job_graph))
+        self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
+        self._rm: ResourceManagerGateway = rpc.connect(resource_manager_address, "resourcemanager",
+                                                       ResourceManagerGateway)
+        self.resource_manager_id: ResourceManagerId | None = None
+        self._rm_resource_id: ResourceID | None = None
+        self.task_managers: dict[ResourceID, TaskManagerRecord] = {}
+        timeout = config.heartbeat.timeout
+        self._tm_heartbeats: HeartbeatManager = HeartbeatManager(
+            self.resource_id, timeout, self._clock, on_timeout=self._task_manager_timed_out,
+            payload_for=lambda _rid: te.JobHeartbeatRequest(self.resource_id, self.job_id))
+        self._rm_heartbeats: HeartbeatManager = HeartbeatManager(
+            self.resource_id, timeout, self._clock, on_timeout=self._resource_manager_timed_out)
+        self.start_time = time.time()
+        self.end_time: float | None = None
+        self._terminating = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def on_start(self) -> None:
+        interval = self.config.heartbeat.interval
+        self.every(lambda: interval, lambda: self._tm_heartbeats.send_heartbeats(interval),
+                   "heartbeats")
+        self.every(lambda: min(interval, 1.0), self._housekeeping, "housekeeping")
+        self.spawn(self._connect_to_resource_manager(), "rm-registration")
+        log.info("job %s (%s) starting", self.job_id, self.job_graph.name)
+        self._run_scheduler(self.scheduler.start(self._now()))
+
+    def _now(self) -> float:
+        return self._clock.monotonic()
+
+    def _housekeeping(self) -> None:
+        self._tm_heartbeats.check_timeouts()
+        self._rm_heartbeats.check_timeouts()
+        self._run_pool(self.slot_pool.check_timeouts(self._now()))
+
+    def cancel(self) -> None:
+        """The user cancels the job (called on the loop by the Dispatcher)."""
+        self._run_scheduler(self.scheduler.cancel(self._now()))
+
+    @property
+    def status(self) -> JobStatus:
+        return self.scheduler.job_status
+
+    # --------------------------------------------------------- ResourceManager
+
+    async def _connect_to_resource_manager(self) -> None:
+        delay = self.config.registration.initial_backoff
+        while True:
+            try:
+                registration = await self._rm.register_job_master(RegisterJobMaster(
+                    self.job_id, self.job_master_id, self.resource_id, self.rpc.address))
+                break
+            except RpcError as error:
+                log.info("job %s: registering at the ResourceManager failed: %s", self.job_id, error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.registration.max_backoff)
+        self.resource_manager_id = registration.resource_manager_id
+        self._rm_resource_id = registration.resource_manager_resource_id
+        self._rm_heartbeats.monitor_target(self._rm_resource_id)
+        self._run_pool(self.slot_pool.connect_resource_manager(self._now()))
+
+    def _resource_manager_timed_out(self, resource_id: ResourceID) -> None:
+        log.warning("job %s: ResourceManager heartbeat timed out; reconnecting", self.job_id)
+        self.resource_manager_id = None
+        self._run_pool(self.slot_pool.disconnect_resource_manager(self._now()))
+        if not self._terminating:
+            self.spawn(self._connect_to_resource_manager(), "rm-reconnect")
+
+    async def heartbeat_from_resource_manager(self, request: HeartbeatRequest) -> Ack:
+        self._rm_heartbeats.answer_request(ResourceID(request.sender), None)
+        return ACK
+
+    async def slot_request_failed(self, request: SlotRequestFailedCall) -> Ack:
+        check_fencing(self.resource_manager_id, request.resource_manager_id, "ResourceManager id")
+        self._run_pool(self.slot_pool.slot_request_failed(request.allocation_id, request.cause,
+                                                          self._now()))
+        return ACK
+
+    # ------------------------------------------------------------ TaskExecutors
+
+    async def register_task_manager(self, request: RegisterTaskManager) -> TaskManagerRegistration:
+        if request.job_id != self.job_id:
+            raise ValueError(f"this is the JobMaster of job {self.job_id}, not {request.job_id}")
+        gateway = self.rpc.connect(request.address, "taskexecutor", te.TaskExecutorGateway)
+        self.task_managers[request.resource_id] = TaskManagerRecord(request.resource_id,
+                                                                    request.address, gateway)
+        self._tm_heartbeats.monitor_target(
+            request.resource_id, lambda heartbeat: gateway.heartbeat_from_job_master(heartbeat))
+        self._run_pool(self.slot_pool.register_task_executor(request.resource_id))
+        return TaskManagerRegistration(self.job_master_id, self.resource_id)
+
+    async def offer_slots(self, request: OfferSlots) -> AcceptedSlots:
+        check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        accepted, commands = self.slot_pool.offer_slots(request.resource_id, request.offers,
+                                                        self._now())
+        self._run_pool(commands)
+        return AcceptedSlots(accepted)
+
+    async def update_task_execution_state(self, request: UpdateTaskExecutionState) -> Ack:
+        check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        self._run_scheduler(self.scheduler.task_state_changed(
+            request.attempt_id, ExecutionState(request.state.value), request.error, self._now()))
+        return ACK
+
+    async def disconnect_task_manager(self, request: DisconnectTaskManager) -> Ack:
+        self._task_manager_lost(request.resource_id, request.cause)
+        return ACK
+
+    def _task_manager_timed_out(self, resource_id: ResourceID) -> None:
+        self._task_manager_lost(resource_id, f"heartbeat of TaskExecutor {resource_id} timed out")
+
+    def _task_manager_lost(self, resource_id: ResourceID, cause: str) -> None:
+        record = self.task_managers.pop(resource_id, None)
+        if record is None:
+            return
+        log.warning("job %s: TaskExecutor %s lost: %s", self.job_id, resource_id, cause)
+        self._tm_heartbeats.unmonitor_target(resource_id)
+        self._run_pool(self.slot_pool.release_task_manager(resource_id, cause, self._now()))
+        self.spawn(self._quietly(record.gateway.disconnect_job_manager(
+            te.DisconnectJobManager(self.job_id, cause))), f"disconnect-{resource_id}")
+
+    # ----------------------------------------------------------------- commands
+
+    def _run_scheduler(self, commands: list) -> None:
+        """Carries out the Scheduler's commands in order (calls go out as tasks)."""
+        self.assert_on_loop()
+        now = self._now()
+        for command in commands:
+            match command:
+                case sch.RequestSlot(request_id=request_id, profile=profile):
+                    self._run_pool(self.slot_pool.request_slot(SlotRequestId(request_id), profile, now))
+                case sch.CancelSlotRequest(request_id=request_id):
+                    self._run_pool(self.slot_pool.cancel_request(SlotRequestId(request_id)))
+                case sch.ReleaseSlot(request_id=request_id):
+                    self._run_pool(self.slot_pool.release_slot(SlotRequestId(request_id), now))
+                case sch.DeployTask():
+                    self.spawn(self._deploy(command), f"deploy-{command.descriptor.attempt_id}")
+                case sch.CancelTask():
+                    self.spawn(self._cancel_task(command), f"cancel-{command.attempt_id}")
+                case sch.JobTerminated(status=status, cause=cause):
+                    self._terminate(status, cause)
+                case _:
+                    raise TypeError(f"unknown Scheduler command {command!r}")
+
+    def _run_pool(self, commands: list) -> None:
+        """Carries out the SlotPool's commands in order."""
+        self.assert_on_loop()
+        now = self._now()
+        for command in commands:
+            match command:
+                case sp.SlotAssigned(request_id=request_id, slot=slot):
+                    record = self.task_managers.get(slot.resource_id)
+                    address = record.address if record else ""
+                    self._run_scheduler(self.scheduler.slot_assigned(request_id, SlotInfo(
+                        slot.allocation_id, slot.resource_id, slot.slot_index, address), now))
+                case sp.SlotRequestFailed(request_id=request_id, cause=cause):
+                    self._run_scheduler(self.scheduler.slot_request_failed(request_id, cause, now))
+                case sp.SlotLost(request_id=request_id, cause=cause):
+                    self._run_scheduler(self.scheduler.slot_lost(request_id, cause, now))
+                case sp.RequestSlotFromResourceManager():
+                    self.spawn(self._request_slot(command), f"request-{command.allocation_id}")
+                case sp.CancelSlotRequest(allocation_id=allocation_id):
+                    if self.resource_manager_id is not None:
+                        self.spawn(self._quietly(self._rm.cancel_slot_request(
+                            CancelSlotRequestCall(self.resource_manager_id, allocation_id))),
+                            f"cancel-request-{allocation_id}")
+                case sp.FreeSlot():
+                    self.spawn(self._free_slot(command), f"free-{command.allocation_id}")
+                case _:
+                    raise TypeError(f"unknown SlotPool command {command!r}")
+
+    async def _request_slot(self, command: sp.RequestSlotFromResourceManager) -> None:
+        if self.resource_manager_id is None:
+            return  # resent by the SlotPool when the ResourceManager connection is back
+        try:
+            await self._rm.request_slot(RequestSlotCall(
+                self.resource_manager_id, self.job_master_id, self.job_id, command.allocation_id,
+                command.profile, self.rpc.address))
+        except RemoteError as error:
+            self._run_pool(self.slot_pool.slot_request_failed(command.allocation_id, str(error),
+                                                              self._now()))
+        except RpcError as error:
+            log.info("job %s: slot request not delivered (%s); resent on reconnection",
+                     self.job_id, error)
+
+    async def _deploy(self, command: sch.DeployTask) -> None:
+        d = command.descriptor
+        record = self.task_managers.get(d.resource_id)
+        wire = te.TaskDeploymentDescriptor(
+            d.job_id, d.attempt_id, d.vertex_id, d.vertex_name, d.subtask_index, d.parallelism,
+            d.attempt_number, d.allocation_id, d.invokable,
+            [te.ConsumedPartition(p.result_id, p.producer_vertex_id, p.producer_subtask_index,
+                                  p.partition_type) for p in d.consumed_partitions],
+            [te.ProducedPartition(p.result_id, p.partition_type, p.number_of_subpartitions)
+             for p in d.produced_partitions])
+        try:
+            if record is None:
+                raise RpcError(f"TaskExecutor {d.resource_id} is not connected")
+            await record.gateway.submit_task(te.SubmitTask(self.job_master_id, wire))
+        except RpcError as error:
+            self._run_scheduler(self.scheduler.task_state_changed(
+                d.attempt_id, ExecutionState.FAILED,
+                f"deploying {d.vertex_name} ({d.subtask_index + 1}/{d.parallelism}) to "
+                f"{d.resource_id} failed: {error}", self._now()))
+
+    async def _cancel_task(self, command: sch.CancelTask) -> None:
+        record = self.task_managers.get(command.resource_id)
+        try:
+            if record is None:
+                raise RpcError(f"TaskExecutor {command.resource_id} is not connected")
+            await record.gateway.cancel_task(te.CancelTask(self.job_master_id, command.attempt_id))
+        except RpcError:
+            # The TaskExecutor is gone: the task is not running anywhere any more.
+            self._run_scheduler(self.scheduler.task_state_changed(
+                command.attempt_id, ExecutionState.CANCELED, None, self._now()))
+
+    async def _free_slot(self, command: sp.FreeSlot) -> None:
+        record = self.task_managers.get(command.resource_id)
+        if record is not None:
+            await self._quietly(record.gateway.free_slot(
+                te.FreeSlot(self.job_master_id, command.allocation_id, command.cause)))
+
+    async def _quietly(self, call) -> None:
+        try:
+            await call
+        except RpcError as error:
+            log.info("job %s: %s", self.job_id, error)
+
+    # -------------------------------------------------------------- termination
+
+    def _terminate(self, status: JobStatus, cause: str | None) -> None:
+        self._terminating = True
+        self.end_time = time.time()
+        log.info("job %s %s%s", self.job_id, status.value, f": {cause}" if cause else "")
+        self.spawn(self._shut_down(status, cause), "shutdown")
+
+    async def _shut_down(self, status: JobStatus, cause: str | None) -> None:
+        """Gives every slot back, leaves the ResourceManager, then reports the result."""
+        frees = [c for c in self.slot_pool.close(self._now()) if isinstance(c, sp.FreeSlot)]
+        await asyncio.gather(*(self._free_slot(c) for c in frees))
+        if self.resource_manager_id is not None:
+            await self._quietly(self._rm.disconnect_job_master(DisconnectJobMaster(
+                self.job_id, self.job_master_id, f"job {status.value}")))
+        self._on_terminated(JobResult(self.job_id, self.job_graph.name, status, cause,
+                                      self.start_time, self.end_time))
+        self.stop()

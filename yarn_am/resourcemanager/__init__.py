@@ -1,0 +1,1 @@
+"""The ResourceManager: its SlotManager and the drivers that start TaskExecutors."""

@@ -1,0 +1,304 @@
+"""The ResourceManager endpoint: registrations, heartbeats, and the SlotManager's
+decisions carried out over RPC and through the resource-manager driver.
+
+It is the heartbeat sender towards TaskExecutors (their answer is a SlotReport, which
+reconciles the SlotManager) and towards JobMasters. Consequences of a timeout, per the
+heartbeat article:
+- TaskExecutor: its slots are removed from the SlotManager (in-flight requests go back
+  to pending), and it is told to reconnect; a live one registers again.
+- JobMaster: its pending slot requests are dropped; a live one registers again.
+A worker whose process or container ends is treated like a TaskExecutor timeout, at
+once (whichever comes first).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from flinkyarn import options
+from flinkyarn.clock import Clock, SystemClock
+from flinkyarn.configuration import Configuration
+from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
+from flinkyarn.gateways.job_master import JobMasterGateway, SlotRequestFailed, job_master_endpoint
+from flinkyarn.gateways.resource_manager import (CancelSlotRequest, DisconnectJobMaster,
+                                                 DisconnectTaskExecutor, JobMasterRegistration,
+                                                 NotifySlotAvailable, RegisterJobMaster,
+                                                 RegisterTaskExecutor, RequestSlot,
+                                                 ResourceManagerGateway, TaskExecutorRegistration)
+from flinkyarn.gateways.task_executor import (AllocateSlot as AllocateSlotCall,
+                                              DisconnectResourceManager, TaskExecutorGateway)
+from flinkyarn.heartbeat import HeartbeatManager
+from flinkyarn.ids import InstanceID, JobID, JobMasterId, ResourceID, ResourceManagerId, new_id
+from flinkyarn.options import HeartbeatConfig
+from flinkyarn.resources import ResourceProfile
+from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
+from flinkyarn.rpc.errors import RpcError
+from flinkyarn.rpc.service import RpcService
+from flinkyarn.slots import SlotReport
+from yarn_am.resourcemanager.driver import ResourceManagerDriver
+from yarn_am.resourcemanager.slot_manager import (AllocateSlot, FailSlotRequest, ReleaseWorker,
+                                                  RequestWorker, SlotManager, SlotRequest,
+                                                  TaskManagerSlotInfo, WorkerSpec)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResourceManagerConfig:
+    worker: WorkerSpec
+    heartbeat: HeartbeatConfig
+    taskmanager_timeout: float
+    slot_request_timeout: float
+    max_workers: int
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration) -> "ResourceManagerConfig":
+        slots = conf.get(options.NUM_TASK_SLOTS)
+        return cls(
+            worker=WorkerSpec(slots, ResourceProfile(
+                conf.get(options.TASK_MANAGER_CPU_CORES) / slots,
+                (conf.get(options.TASK_MANAGER_PROCESS_MEMORY) >> 20) // slots)),
+            heartbeat=HeartbeatConfig.from_configuration(conf),
+            taskmanager_timeout=conf.get(options.TASK_MANAGER_TIMEOUT),
+            slot_request_timeout=conf.get(options.SLOT_REQUEST_TIMEOUT),
+            max_workers=conf.get(options.LOCAL_MAX_TASK_MANAGERS))
+
+
+@dataclass
+class TaskExecutorRecord:
+    resource_id: ResourceID
+    instance_id: InstanceID
+    address: str
+    gateway: TaskExecutorGateway
+    resources: ResourceProfile
+
+
+@dataclass
+class JobMasterRecord:
+    job_id: JobID
+    job_master_id: JobMasterId
+    resource_id: ResourceID
+    address: str
+    gateway: JobMasterGateway
+
+
+class ResourceManager(RpcEndpoint):
+    def __init__(self, rpc: RpcService, config: ResourceManagerConfig,
+                 driver: ResourceManagerDriver, clock: Clock | None = None) -> None:
+        super().__init__(rpc, "resourcemanager", ResourceManagerGateway)
+        self.config = config
+        self.driver = driver
+        self._clock = clock or SystemClock()
+        self.resource_manager_id = ResourceManagerId(new_id())
+        self.resource_id = ResourceID(f"resourcemanager-{self.resource_manager_id[:8]}")
+        self.slot_manager = SlotManager(config.worker, config.taskmanager_timeout,
+                                        config.slot_request_timeout, config.max_workers)
+        self.task_executors: dict[ResourceID, TaskExecutorRecord] = {}
+        self.job_masters: dict[JobID, JobMasterRecord] = {}
+        # Workers requested from the driver and not yet terminated; True once registered.
+        self.workers: dict[str, bool] = {}
+        timeout = config.heartbeat.timeout
+        self._te_heartbeats: HeartbeatManager[SlotReport, HeartbeatRequest] = HeartbeatManager(
+            self.resource_id, timeout, self._clock, on_timeout=self._task_executor_timed_out,
+            on_payload=self._slot_report_received,
+            payload_for=lambda _rid: HeartbeatRequest(self.resource_id))
+        self._jm_heartbeats: HeartbeatManager[Ack, HeartbeatRequest] = HeartbeatManager(
+            self.resource_id, timeout, self._clock, on_timeout=self._job_master_timed_out,
+            payload_for=lambda _rid: HeartbeatRequest(self.resource_id))
+
+    async def on_start(self) -> None:
+        await self.driver.initialize(self, self.rpc.address, self.spawn)
+        interval = self.config.heartbeat.interval
+        self.every(lambda: interval, self._send_heartbeats, "heartbeats")
+        self.every(lambda: min(interval, 1.0), self._housekeeping, "housekeeping")
+
+    async def on_stop(self) -> None:
+        await self.driver.terminate()
+
+    async def _send_heartbeats(self) -> None:
+        interval = self.config.heartbeat.interval
+        await self._te_heartbeats.send_heartbeats(call_timeout=interval)
+        await self._jm_heartbeats.send_heartbeats(call_timeout=interval)
+
+    def _housekeeping(self) -> None:
+        self._te_heartbeats.check_timeouts()
+        self._jm_heartbeats.check_timeouts()
+        self._execute(self.slot_manager.check_timeouts(self._clock.monotonic()))
+
+    # ------------------------------------------------------------- TaskExecutors
+
+    async def register_task_executor(self, request: RegisterTaskExecutor) -> TaskExecutorRegistration:
+        resource_id = request.resource_id
+        if resource_id in self.task_executors:
+            log.info("TaskExecutor %s registers again; its old slots are dropped", resource_id)
+        gateway = self.rpc.connect(request.address, "taskexecutor", TaskExecutorGateway)
+        record = TaskExecutorRecord(resource_id, InstanceID(new_id()), request.address, gateway,
+                                    request.total_resources)
+        self.task_executors[resource_id] = record
+        if request.worker_id in self.workers:
+            self.workers[request.worker_id] = True
+        self._te_heartbeats.monitor_target(resource_id, lambda heartbeat: gateway.heartbeat_from_resource_manager(heartbeat))
+        log.info("TaskExecutor %s registered from %s with %d slots", resource_id, request.address,
+                 len(request.slot_report.slots))
+        self._execute(self.slot_manager.register_task_executor(
+            resource_id, request.slot_report, self._clock.monotonic()))
+        return TaskExecutorRegistration(self.resource_manager_id, self.resource_id,
+                                        record.instance_id)
+
+    def _slot_report_received(self, resource_id: ResourceID, report: SlotReport) -> None:
+        if resource_id in self.task_executors:
+            self._execute(self.slot_manager.report_slot_status(resource_id, report,
+                                                               self._clock.monotonic()))
+
+    def _task_executor_timed_out(self, resource_id: ResourceID) -> None:
+        self._close_task_executor_connection(resource_id, "heartbeat timed out", reconnect=True)
+
+    def _close_task_executor_connection(self, resource_id: ResourceID, cause: str,
+                                        reconnect: bool) -> None:
+        record = self.task_executors.pop(resource_id, None)
+        if record is None:
+            return
+        log.warning("closing the connection to TaskExecutor %s: %s", resource_id, cause)
+        self._te_heartbeats.unmonitor_target(resource_id)
+        self._execute(self.slot_manager.unregister_task_executor(resource_id, cause,
+                                                                 self._clock.monotonic()))
+        if reconnect:
+            self.spawn(self._ask_to_reconnect(record, cause), f"disconnect-{resource_id}")
+
+    async def _ask_to_reconnect(self, record: TaskExecutorRecord, cause: str) -> None:
+        try:
+            await record.gateway.disconnect_resource_manager(
+                DisconnectResourceManager(self.resource_manager_id, cause))
+        except RpcError:
+            pass  # gone or frozen: it finds out through its own heartbeat timeout
+
+    async def notify_slot_available(self, request: NotifySlotAvailable) -> Ack:
+        record = self.task_executors.get(request.slot_id.resource_id)
+        check_fencing(record.instance_id if record else None, request.instance_id,
+                      "TaskExecutor instance id")
+        self._execute(self.slot_manager.free_slot(request.slot_id, request.allocation_id,
+                                                  self._clock.monotonic()))
+        return ACK
+
+    async def disconnect_task_executor(self, request: DisconnectTaskExecutor) -> Ack:
+        self._close_task_executor_connection(request.resource_id, request.cause, reconnect=False)
+        return ACK
+
+    # ----------------------------------------------------------------- workers
+
+    def on_worker_started(self, worker_id: str) -> None:
+        log.info("worker %s started", worker_id)
+
+    def on_worker_terminated(self, worker_id: str, cause: str) -> None:
+        registered = self.workers.pop(worker_id, None)
+        if registered is None:
+            return
+        log.warning("worker %s terminated: %s", worker_id, cause)
+        if worker_id in self.task_executors:
+            self._close_task_executor_connection(ResourceID(worker_id), f"worker {cause}",
+                                                 reconnect=False)
+        elif not registered:
+            self._execute(self.slot_manager.worker_failed_to_start(
+                f"worker {worker_id} {cause} before registering", self._clock.monotonic()))
+
+    # ---------------------------------------------------------------- JobMasters
+
+    async def register_job_master(self, request: RegisterJobMaster) -> JobMasterRegistration:
+        gateway = self.rpc.connect(request.address, job_master_endpoint(request.job_id),
+                                   JobMasterGateway)
+        self.job_masters[request.job_id] = JobMasterRecord(
+            request.job_id, request.job_master_id, request.job_master_resource_id,
+            request.address, gateway)
+        self._jm_heartbeats.monitor_target(request.job_master_resource_id,
+                                           lambda heartbeat: gateway.heartbeat_from_resource_manager(heartbeat))
+        log.info("JobMaster of job %s registered", request.job_id)
+        return JobMasterRegistration(self.resource_manager_id, self.resource_id)
+
+    def _job_master_timed_out(self, resource_id: ResourceID) -> None:
+        for job_id, record in list(self.job_masters.items()):
+            if record.resource_id == resource_id:
+                self._close_job_master_connection(job_id, "heartbeat timed out")
+
+    def _close_job_master_connection(self, job_id: JobID, cause: str) -> None:
+        record = self.job_masters.pop(job_id, None)
+        if record is None:
+            return
+        log.info("closing the connection to the JobMaster of job %s: %s", job_id, cause)
+        self._jm_heartbeats.unmonitor_target(record.resource_id)
+        self._execute(self.slot_manager.unregister_job(job_id))
+
+    async def disconnect_job_master(self, request: DisconnectJobMaster) -> Ack:
+        record = self.job_masters.get(request.job_id)
+        check_fencing(record.job_master_id if record else None, request.job_master_id,
+                      "JobMaster id")
+        self._close_job_master_connection(request.job_id, request.cause)
+        return ACK
+
+    async def request_slot(self, request: RequestSlot) -> Ack:
+        check_fencing(self.resource_manager_id, request.resource_manager_id, "ResourceManager id")
+        record = self.job_masters.get(request.job_id)
+        check_fencing(record.job_master_id if record else None, request.job_master_id,
+                      "JobMaster id")
+        self._execute(self.slot_manager.request_slot(
+            SlotRequest(request.job_id, request.allocation_id, request.profile,
+                        request.job_master_address), self._clock.monotonic()))
+        return ACK
+
+    async def cancel_slot_request(self, request: CancelSlotRequest) -> Ack:
+        check_fencing(self.resource_manager_id, request.resource_manager_id, "ResourceManager id")
+        self._execute(self.slot_manager.cancel_slot_request(request.allocation_id))
+        return ACK
+
+    # ---------------------------------------------------------------- commands
+
+    def _execute(self, commands: list) -> None:
+        """Carries out the SlotManager's commands, in order; calls go out as tasks."""
+        self.assert_on_loop()
+        for command in commands:
+            match command:
+                case AllocateSlot():
+                    self.spawn(self._allocate(command), f"allocate-{command.allocation_id}")
+                case RequestWorker(spec=spec):
+                    worker_id = self.driver.request_worker(spec)
+                    self.workers[worker_id] = False
+                    log.info("requested worker %s (%d slots of %s)", worker_id, spec.num_slots,
+                             spec.slot_profile)
+                case ReleaseWorker(resource_id=resource_id, cause=cause):
+                    self.task_executors.pop(resource_id, None)
+                    self._te_heartbeats.unmonitor_target(resource_id)
+                    self.driver.release_worker(resource_id, cause)
+                case FailSlotRequest():
+                    self.spawn(self._fail_request(command), f"fail-{command.allocation_id}")
+                case _:
+                    raise TypeError(f"unknown SlotManager command {command!r}")
+
+    async def _allocate(self, command: AllocateSlot) -> None:
+        record = self.task_executors.get(command.resource_id)
+        try:
+            if record is None:
+                raise RpcError(f"TaskExecutor {command.resource_id} is gone")
+            await record.gateway.allocate_slot(AllocateSlotCall(
+                self.resource_manager_id, command.slot_id, command.job_id, command.allocation_id,
+                command.profile, command.job_master_address))
+        except RpcError as error:
+            self._execute(self.slot_manager.allocation_rejected(command.allocation_id, str(error),
+                                                                self._clock.monotonic()))
+        else:
+            self._execute(self.slot_manager.allocation_acknowledged(command.allocation_id,
+                                                                    self._clock.monotonic()))
+
+    async def _fail_request(self, command: FailSlotRequest) -> None:
+        record = self.job_masters.get(command.job_id)
+        if record is None:
+            return
+        try:
+            await record.gateway.slot_request_failed(SlotRequestFailed(
+                self.resource_manager_id, command.allocation_id, command.cause))
+        except RpcError as error:
+            log.info("could not tell job %s its slot request failed: %s", command.job_id, error)
+
+    # ------------------------------------------------------------------ queries
+
+    def task_executor_overview(self) -> list[tuple[TaskExecutorRecord, list[TaskManagerSlotInfo]]]:
+        return [(record, self.slot_manager.slots_of(rid)) for rid, record in self.task_executors.items()]

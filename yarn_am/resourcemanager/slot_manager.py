@@ -1,0 +1,457 @@
+"""The SlotManager: the ResourceManager's book of every slot of every TaskExecutor.
+
+A pure state machine: each input method takes the event (and `now`, monotonic seconds)
+and returns the commands the ResourceManager endpoint must carry out, in order. It does
+no I/O and never reads a clock; the endpoint calls it on its own loop only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from flinkyarn.ids import AllocationID, JobID, ResourceID, SlotID
+from flinkyarn.resources import ResourceProfile
+from flinkyarn.slots import SlotReport
+
+MAX_CONSECUTIVE_START_FAILURES = 3
+"""After this many workers in a row failed to start, requests waiting for them fail."""
+
+SlotState = Literal["free", "pending", "allocated", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """The TaskExecutor the driver starts on demand: num_slots slots of slot_profile."""
+
+    num_slots: int
+    slot_profile: ResourceProfile
+
+    def __post_init__(self) -> None:
+        if self.num_slots < 1:
+            raise ValueError(f"a worker needs at least one slot, not {self.num_slots}")
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRequest:
+    """A JobMaster's SlotPool asks for one slot; allocation_id fences everything after."""
+
+    job_id: JobID
+    allocation_id: AllocationID
+    profile: ResourceProfile
+    job_master_address: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskManagerSlotInfo:
+    """Read-only view of one slot, for the REST API and tests."""
+
+    slot_id: SlotID
+    profile: ResourceProfile
+    state: SlotState
+    allocation_id: AllocationID | None
+    job_id: JobID | None
+
+
+# ---- commands ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class AllocateSlot:
+    """Call the TaskExecutor's requestSlot; answer with allocation_acknowledged or
+    allocation_rejected."""
+
+    resource_id: ResourceID
+    slot_id: SlotID
+    allocation_id: AllocationID
+    job_id: JobID
+    job_master_address: str
+    profile: ResourceProfile
+
+
+@dataclass(frozen=True, slots=True)
+class RequestWorker:
+    """Ask the driver for one more TaskExecutor; answer with register_task_executor once
+    it registers, or worker_failed_to_start."""
+
+    spec: WorkerSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseWorker:
+    """Stop the TaskExecutor and return its container. The SlotManager has forgotten it."""
+
+    resource_id: ResourceID
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailSlotRequest:
+    """Tell the job's JobMaster that the request allocation_id will not be served."""
+
+    job_id: JobID
+    allocation_id: AllocationID
+    cause: str
+
+
+Command = AllocateSlot | RequestWorker | ReleaseWorker | FailSlotRequest
+
+
+# ---- internal state ---------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Slot:
+    slot_id: SlotID
+    profile: ResourceProfile
+    state: SlotState = "free"
+    allocation_id: AllocationID | None = None
+    job_id: JobID | None = None
+    pending_since: float = 0.0  # when the AllocateSlot in flight was sent
+
+
+@dataclass(slots=True)
+class _TaskExecutor:
+    resource_id: ResourceID
+    slots: dict[SlotID, _Slot] = field(default_factory=dict)
+    idle_since: float | None = None  # every slot free since then; None while any is not
+
+
+@dataclass(slots=True, eq=False)
+class _PendingWorker:
+    assigned: list[AllocationID] = field(default_factory=list)  # one pending slot each
+
+
+@dataclass(slots=True)
+class _PendingRequest:
+    request: SlotRequest
+    requested_at: float
+    slot_id: SlotID | None = None  # AllocateSlot in flight on this slot
+    worker: _PendingWorker | None = None  # holds a pending slot of this worker
+
+
+class SlotManager:
+    """Matches slot requests to slots of registered TaskExecutors, and asks for workers.
+
+    A slot is in one of these states, with these transitions only:
+
+        free      -> pending    request_slot / a freed slot serves a request (AllocateSlot)
+        pending   -> allocated  allocation_acknowledged; a report says allocated to it
+        pending   -> unknown    allocation_rejected (the TaskExecutor knew better)
+        pending   -> free       a report says free and the AllocateSlot is older than the
+                                slot request timeout (it was lost); free_slot
+        allocated -> free       free_slot with its allocation id; a report says free
+        unknown   -> free | allocated            the next report says which
+        any       -> allocated to X              a report says allocated to X
+        any       -> gone       its TaskExecutor unregisters, re-registers or is released
+
+    A slot request is pending from request_slot until its slot is allocated, it fails
+    (FailSlotRequest) or is cancelled. While pending it either waits, holds a slot of a
+    pending worker, or has an AllocateSlot in flight; it moves back to waiting when that
+    slot or worker is lost, and waiting requests are served first come, first served.
+    A pending worker exists from RequestWorker until a new TaskExecutor registers (the
+    oldest pending worker is taken) or worker_failed_to_start.
+
+    Invariant after every input: no waiting request fits a free slot.
+    """
+
+    def __init__(self, worker: WorkerSpec, taskmanager_timeout: float,
+                 slot_request_timeout: float, max_workers: int) -> None:
+        if max_workers < 0:
+            raise ValueError(f"max_workers must not be negative, not {max_workers}")
+        self._worker = worker
+        self._taskmanager_timeout = taskmanager_timeout
+        self._slot_request_timeout = slot_request_timeout
+        self._max_workers = max_workers
+        self._task_executors: dict[ResourceID, _TaskExecutor] = {}  # registration order
+        self._pending_workers: list[_PendingWorker] = []  # RequestWorker order
+        self._requests: dict[AllocationID, _PendingRequest] = {}  # arrival order
+        self._start_failures = 0  # consecutive; reset by any registration
+
+    # ---- inputs -------------------------------------------------------------------------
+
+    def register_task_executor(self, resource_id: ResourceID, slot_report: SlotReport,
+                               now: float) -> list[Command]:
+        """A TaskExecutor (re)registers. A re-registration first drops the old slots; a
+        new TaskExecutor takes the place of the oldest pending worker, whose requests are
+        allocated on its slots."""
+        out: list[Command] = []
+        known = resource_id in self._task_executors
+        if known:
+            self._drop_task_executor(resource_id)
+        te = self._task_executors[resource_id] = _TaskExecutor(resource_id)
+        for status in slot_report.slots:
+            slot = te.slots[status.slot_id] = _Slot(status.slot_id, status.profile)
+            if status.allocation_id is not None:
+                self._record_allocation(slot, status.allocation_id, status.job_id)
+        self._update_idle(te, now)
+        self._start_failures = 0
+        if not known and self._pending_workers:
+            worker = self._pending_workers.pop(0)
+            for allocation_id in worker.assigned:
+                pending = self._requests[allocation_id]
+                pending.worker = None
+                slot = self._free_slot_on(te, pending.request.profile)
+                if slot is not None:
+                    self._start_allocation(pending, te, slot, now, out)
+        return self._serve_waiting(now, out)
+
+    def unregister_task_executor(self, resource_id: ResourceID, cause: str,
+                                 now: float) -> list[Command]:
+        """The TaskExecutor is gone (heartbeat timeout, container completed, exit). Its
+        allocated slots vanish silently: JobMasters learn it from their own heartbeats."""
+        if resource_id not in self._task_executors:
+            return []
+        self._drop_task_executor(resource_id)
+        return self._serve_waiting(now)
+
+    def request_slot(self, request: SlotRequest, now: float) -> list[Command]:
+        """A JobMaster asks for a slot. Idempotent for an allocation id already known."""
+        aid = request.allocation_id
+        if aid in self._requests or self._slot_with_allocation(aid) is not None:
+            return []
+        if not (request.profile.fits_in(self._worker.slot_profile) or any(
+                request.profile.fits_in(s.profile)
+                for te in self._task_executors.values() for s in te.slots.values())):
+            return [FailSlotRequest(request.job_id, aid, (
+                f"no slot can serve profile {request.profile}: workers offer slots of "
+                f"{self._worker.slot_profile} and no registered slot is larger"))]
+        out: list[Command] = []
+        pending = self._requests[aid] = _PendingRequest(request, now)
+        self._serve(pending, now, out)
+        return out
+
+    def allocation_acknowledged(self, allocation_id: AllocationID, now: float) -> list[Command]:
+        """The TaskExecutor accepted the AllocateSlot: the request is fulfilled."""
+        found = self._slot_with_allocation(allocation_id, "pending")
+        if found is not None:
+            te, slot = found
+            self._record_allocation(slot, allocation_id, slot.job_id)
+            self._update_idle(te, now)
+        return []
+
+    def allocation_rejected(self, allocation_id: AllocationID, cause: str,
+                            now: float) -> list[Command]:
+        """The TaskExecutor refused the AllocateSlot: its slot is not used until the next
+        report says what it is, and the request is served elsewhere."""
+        found = self._slot_with_allocation(allocation_id, "pending")
+        if found is None:
+            return []
+        te, slot = found
+        self._return_request(slot)
+        self._set(slot, "unknown")
+        self._update_idle(te, now)
+        return self._serve_waiting(now)
+
+    def report_slot_status(self, resource_id: ResourceID, slot_report: SlotReport,
+                           now: float) -> list[Command]:
+        """Reconcile with the TaskExecutor's heartbeat payload, the truth about its slots,
+        except that an AllocateSlot younger than the slot request timeout may not have
+        arrived yet."""
+        te = self._task_executors.get(resource_id)
+        if te is None:
+            return []
+        reported = {status.slot_id: status for status in slot_report.slots}
+        for slot_id in [s for s in te.slots if s not in reported]:
+            self._return_request(te.slots.pop(slot_id))
+        for status in slot_report.slots:
+            slot = te.slots.setdefault(status.slot_id, _Slot(status.slot_id, status.profile))
+            if status.allocation_id is None:
+                in_flight = (slot.state == "pending"
+                             and now - slot.pending_since < self._slot_request_timeout)
+                if slot.state != "free" and not in_flight:
+                    self._return_request(slot)
+                    self._set(slot, "free")
+            elif slot.state != "allocated" or slot.allocation_id != status.allocation_id:
+                if slot.allocation_id != status.allocation_id:
+                    self._return_request(slot)
+                self._record_allocation(slot, status.allocation_id, status.job_id)
+        self._update_idle(te, now)
+        return self._serve_waiting(now)
+
+    def free_slot(self, slot_id: SlotID, allocation_id: AllocationID,
+                  now: float) -> list[Command]:
+        """The TaskExecutor freed the slot of allocation_id; stale if the slot now belongs
+        to another allocation."""
+        te = self._task_executors.get(slot_id.resource_id)
+        slot = te.slots.get(slot_id) if te is not None else None
+        if slot is None or slot.allocation_id != allocation_id:
+            return []
+        # Freed while its AllocateSlot was unanswered: it had been allocated, so done.
+        self._forget_request(allocation_id)
+        self._set(slot, "free")
+        self._update_idle(te, now)
+        return self._serve_waiting(now)
+
+    def cancel_slot_request(self, allocation_id: AllocationID) -> list[Command]:
+        """The JobMaster no longer needs the request. An AllocateSlot in flight is not
+        recalled: the slot stays pending until the TaskExecutor's report says what it did.
+        A freed pending-worker slot is taken by a waiting request at the next input that
+        serves requests. Returns no commands (the list keeps the inputs uniform)."""
+        self._forget_request(allocation_id)
+        return []
+
+    def unregister_job(self, job_id: JobID) -> list[Command]:
+        """Drop every pending request of the job. Its allocated slots stay allocated until
+        their TaskExecutors free them. Returns no commands."""
+        for aid in [a for a, p in self._requests.items() if p.request.job_id == job_id]:
+            self.cancel_slot_request(aid)
+        return []
+
+    def worker_failed_to_start(self, cause: str, now: float) -> list[Command]:
+        """The oldest pending worker could not be started. Its requests are served again,
+        until MAX_CONSECUTIVE_START_FAILURES in a row: then they fail."""
+        if not self._pending_workers:
+            return []
+        out: list[Command] = []
+        worker = self._pending_workers.pop(0)
+        self._start_failures += 1
+        for aid in worker.assigned:
+            pending = self._requests[aid]
+            pending.worker = None
+            if self._start_failures >= MAX_CONSECUTIVE_START_FAILURES:
+                del self._requests[aid]
+                out.append(FailSlotRequest(pending.request.job_id, aid, (
+                    f"{self._start_failures} TaskExecutors in a row failed to start; "
+                    f"last cause: {cause}")))
+        return self._serve_waiting(now, out)
+
+    def check_timeouts(self, now: float) -> list[Command]:
+        """Fail requests pending for slot_request_timeout; release TaskExecutors whose
+        every slot has been free for taskmanager_timeout (forgotten at once)."""
+        out: list[Command] = []
+        for aid, pending in list(self._requests.items()):
+            if now - pending.requested_at >= self._slot_request_timeout:
+                self._forget_request(aid)
+                out.append(FailSlotRequest(pending.request.job_id, aid, (
+                    f"slot request {aid} was not served within "
+                    f"{self._slot_request_timeout:g} s")))
+        for rid, te in list(self._task_executors.items()):
+            if te.idle_since is not None and now - te.idle_since >= self._taskmanager_timeout:
+                del self._task_executors[rid]
+                out.append(ReleaseWorker(rid, (
+                    f"TaskExecutor {rid} was idle for {self._taskmanager_timeout:g} s")))
+        return self._serve_waiting(now, out)
+
+    # ---- queries ------------------------------------------------------------------------
+
+    def free_slot_count(self) -> int:
+        return sum(s.state == "free" for te in self._task_executors.values()
+                   for s in te.slots.values())
+
+    def registered_task_executors(self) -> list[ResourceID]:
+        """In registration order."""
+        return list(self._task_executors)
+
+    def pending_worker_count(self) -> int:
+        return len(self._pending_workers)
+
+    def pending_request_count(self) -> int:
+        """Requests not yet allocated: waiting, on a pending worker, or in flight."""
+        return len(self._requests)
+
+    def slots_of(self, resource_id: ResourceID) -> list[TaskManagerSlotInfo]:
+        """The slots of a registered TaskExecutor by slot number; [] if not registered."""
+        te = self._task_executors.get(resource_id)
+        if te is None:
+            return []
+        return [TaskManagerSlotInfo(s.slot_id, s.profile, s.state, s.allocation_id, s.job_id)
+                for s in sorted(te.slots.values(), key=lambda s: s.slot_id)]
+
+    # ---- decisions ----------------------------------------------------------------------
+
+    def _serve(self, pending: _PendingRequest, now: float, out: list[Command]) -> None:
+        """Free slot (packing), else a pending worker's slot, else a new worker, else wait."""
+        profile = pending.request.profile
+        candidates = [(te, slot) for te in self._task_executors.values()
+                      if (slot := self._free_slot_on(te, profile)) is not None]
+        if candidates:
+            te, slot = max(candidates, key=lambda c: sum(
+                s.state in ("pending", "allocated") for s in c[0].slots.values()))
+            self._start_allocation(pending, te, slot, now, out)
+            return
+        if pending.worker is not None or not profile.fits_in(self._worker.slot_profile):
+            return
+        worker = next((w for w in self._pending_workers
+                       if len(w.assigned) < self._worker.num_slots), None)
+        if worker is None:
+            if len(self._task_executors) + len(self._pending_workers) >= self._max_workers:
+                return
+            worker = _PendingWorker()
+            self._pending_workers.append(worker)
+            out.append(RequestWorker(self._worker))
+        worker.assigned.append(pending.request.allocation_id)
+        pending.worker = worker
+
+    def _serve_waiting(self, now: float, out: list[Command] | None = None) -> list[Command]:
+        """Serve every request without an AllocateSlot in flight, in arrival order."""
+        out = [] if out is None else out
+        for pending in list(self._requests.values()):
+            if pending.slot_id is None:
+                self._serve(pending, now, out)
+        return out
+
+    def _start_allocation(self, pending: _PendingRequest, te: _TaskExecutor, slot: _Slot,
+                          now: float, out: list[Command]) -> None:
+        request = pending.request
+        if pending.worker is not None:
+            pending.worker.assigned.remove(request.allocation_id)
+            pending.worker = None
+        pending.slot_id = slot.slot_id
+        self._set(slot, "pending", request.allocation_id, request.job_id)
+        slot.pending_since = now
+        te.idle_since = None
+        out.append(AllocateSlot(te.resource_id, slot.slot_id, request.allocation_id,
+                                request.job_id, request.job_master_address, request.profile))
+
+    def _record_allocation(self, slot: _Slot, allocation_id: AllocationID,
+                           job_id: JobID | None) -> None:
+        """The slot is allocated to allocation_id, which fulfils that request if pending.
+        Another slot with an AllocateSlot in flight for it stays pending: the TaskExecutor
+        may still accept, and its report will say so."""
+        pending = self._forget_request(allocation_id)
+        if pending is not None and job_id is None:
+            job_id = pending.request.job_id
+        self._set(slot, "allocated", allocation_id, job_id)
+
+    def _forget_request(self, allocation_id: AllocationID) -> _PendingRequest | None:
+        """The request is no longer pending; its pending-worker slot (if any) is free."""
+        pending = self._requests.pop(allocation_id, None)
+        if pending is not None and pending.worker is not None:
+            pending.worker.assigned.remove(allocation_id)
+        return pending
+
+    def _return_request(self, slot: _Slot) -> None:
+        """The slot will not be allocated: a request in flight on it waits again."""
+        if slot.state == "pending" and slot.allocation_id is not None:
+            pending = self._requests.get(slot.allocation_id)
+            if pending is not None and pending.slot_id == slot.slot_id:
+                pending.slot_id = None
+
+    def _drop_task_executor(self, resource_id: ResourceID) -> None:
+        for slot in self._task_executors.pop(resource_id).slots.values():
+            self._return_request(slot)
+
+    @staticmethod
+    def _free_slot_on(te: _TaskExecutor, profile: ResourceProfile) -> _Slot | None:
+        return next((s for s in sorted(te.slots.values(), key=lambda s: s.slot_id)
+                     if s.state == "free" and profile.fits_in(s.profile)), None)
+
+    def _slot_with_allocation(self, allocation_id: AllocationID, state: SlotState | None = None
+                              ) -> tuple[_TaskExecutor, _Slot] | None:
+        for te in self._task_executors.values():
+            for slot in te.slots.values():
+                if slot.allocation_id == allocation_id and state in (None, slot.state):
+                    return te, slot
+        return None
+
+    @staticmethod
+    def _set(slot: _Slot, state: SlotState, allocation_id: AllocationID | None = None,
+             job_id: JobID | None = None) -> None:
+        slot.state, slot.allocation_id, slot.job_id = state, allocation_id, job_id
+
+    @staticmethod
+    def _update_idle(te: _TaskExecutor, now: float) -> None:
+        if all(s.state == "free" for s in te.slots.values()):
+            if te.idle_since is None:
+                te.idle_since = now
+        else:
+            te.idle_since = None

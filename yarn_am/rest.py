@@ -1,0 +1,106 @@
+"""The REST API of the AppMaster: the Dispatcher's front end for clients.
+
+    GET    /overview              ClusterOverview (TaskExecutors with slots, jobs)
+    GET    /jobs                  JobList
+    POST   /jobs                  SubmitJob as MessagePack -> 202 JobSubmitted
+    GET    /jobs/{job_id}         JobDetails
+    POST   /jobs/{job_id}/cancel  202
+    DELETE /cluster               202; the AppMaster shuts down
+
+Served over HTTPS that requires the cluster's client certificate. Errors are JSON
+`{"error": "..."}` with 400 (bad request, nothing changed), 404 (unknown job), 413
+(body over rpc.max-message-size).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import msgspec
+from aiohttp import web
+
+from flinkyarn.gateways import ACK
+from flinkyarn.gateways.dispatcher import JobQuery, SubmitJob
+from flinkyarn.rpc import codec
+from flinkyarn.rpc.errors import MalformedMessage
+from flinkyarn.rpc.security import ClusterSecurity
+from yarn_am.dispatcher import Dispatcher, UnknownJob
+
+log = logging.getLogger(__name__)
+
+
+def _json(message: object, status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(message), status=status,
+                        content_type="application/json")
+
+
+def _error(status: int, text: str) -> web.Response:
+    return _json({"error": text}, status)
+
+
+class RestServer:
+    def __init__(self, dispatcher: Dispatcher, security: ClusterSecurity, host: str, port: int,
+                 max_body: int, shutdown: Callable[[], None]) -> None:
+        self._dispatcher = dispatcher
+        self._security = security
+        self._host, self._port = host, port
+        self._shutdown = shutdown
+        self._app = web.Application(client_max_size=max_body, middlewares=[self._errors])
+        self._app.add_routes([
+            web.get("/overview", self.overview),
+            web.get("/jobs", self.list_jobs),
+            web.post("/jobs", self.submit_job),
+            web.get("/jobs/{job_id}", self.job_details),
+            web.post("/jobs/{job_id}/cancel", self.cancel_job),
+            web.delete("/cluster", self.shutdown_cluster),
+        ])
+        self._runner: web.AppRunner | None = None
+        self.address: str | None = None
+
+    async def start(self) -> str:
+        self._runner = web.AppRunner(self._app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port,
+                           ssl_context=self._security.server_ssl_context())
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        self.address = f"https://{self._host}:{port}"
+        return self.address
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        except UnknownJob as error:
+            return _error(404, error.args[0])
+        except (MalformedMessage, ValueError) as error:
+            return _error(400, str(error))
+        except web.HTTPRequestEntityTooLarge as error:
+            return _error(413, f"request body too large: {error.text}")
+
+    async def overview(self, request: web.Request) -> web.Response:
+        return _json(await self._dispatcher.cluster_overview(ACK))
+
+    async def list_jobs(self, request: web.Request) -> web.Response:
+        return _json(await self._dispatcher.list_jobs(ACK))
+
+    async def submit_job(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        submission = codec.decode(body, SubmitJob)
+        return _json(await self._dispatcher.submit_job(submission), 202)
+
+    async def job_details(self, request: web.Request) -> web.Response:
+        return _json(await self._dispatcher.job_details(JobQuery(request.match_info["job_id"])))
+
+    async def cancel_job(self, request: web.Request) -> web.Response:
+        await self._dispatcher.cancel_job(JobQuery(request.match_info["job_id"]))
+        return _json({"job_id": request.match_info["job_id"], "cancelling": True}, 202)
+
+    async def shutdown_cluster(self, request: web.Request) -> web.Response:
+        self._shutdown()
+        return _json({"shutting_down": True}, 202)

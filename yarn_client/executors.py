@@ -1,0 +1,72 @@
+"""Job executors of the client: submit a JobGraph to a cluster and follow it to its end,
+showing progress."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, TextIO
+
+from flinkyarn.configuration import Configuration
+from flinkyarn.environment import JobResult
+from flinkyarn.gateways.dispatcher import JobDetails
+from flinkyarn.jobgraph import JobGraph
+from yarn_client.local_cluster import LocalCluster
+from yarn_client.rest_client import RestClient
+
+TERMINAL = ("FINISHED", "FAILED", "CANCELED")
+
+
+def describe(details: JobDetails) -> str:
+    parts = []
+    for vertex in details.vertices:
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(vertex.state_counts.items()))
+        parts.append(f"{vertex.name} [{counts}]")
+    return f"{details.status}: " + "; ".join(parts)
+
+
+def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float = 0.2,
+           on_change: Callable[[JobDetails], None] | None = None) -> JobDetails:
+    """Polls the job until it is terminal, printing each change of its vertices' states."""
+    last = ""
+    start = time.monotonic()
+    while True:
+        details = rest.job(job_id)
+        line = describe(details)
+        if line != last:
+            print(f"[{time.monotonic() - start:6.1f} s] job {job_id[:8]} {line}", file=out, flush=True)
+            last = line
+            if on_change:
+                on_change(details)
+        if details.status in TERMINAL:
+            return details
+        time.sleep(poll)
+
+
+def result_of(details: JobDetails) -> JobResult:
+    end = details.end_time or time.time()
+    return JobResult(details.job_id, details.status, details.failure_cause,
+                     end - details.start_time)
+
+
+class ClusterExecutor:
+    """Submits to a running cluster and waits (attached)."""
+
+    def __init__(self, rest: RestClient, out: TextIO = sys.stderr) -> None:
+        self.rest = rest
+        self.out = out
+        self.submitted: list[str] = []
+
+    def execute(self, graph: JobGraph) -> JobResult:
+        job_id = self.rest.submit(graph)
+        self.submitted.append(job_id)
+        print(f"submitted job {job_id} ({graph.name})", file=self.out, flush=True)
+        return result_of(follow(self.rest, job_id, self.out))
+
+
+class StandaloneLocalExecutor:
+    """For plain `python pipeline.py`: a local cluster for each job."""
+
+    def execute(self, graph: JobGraph) -> JobResult:
+        with LocalCluster(Configuration.load()) as cluster:
+            return ClusterExecutor(cluster.rest).execute(graph)

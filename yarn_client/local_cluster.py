@@ -1,0 +1,111 @@
+"""The `local` target: an AppMaster as a local process, whose ResourceManager starts
+TaskExecutors as local processes. Used by `flinkyarn run -t local` and by pipelines run
+with plain `python`.
+
+Everything the cluster starts is in one process session (the AppMaster leads it and
+its TaskExecutors die with it), so `stop()` leaves nothing running, also after Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+from flinkyarn.configuration import Configuration
+from flinkyarn.rpc.security import ClusterSecurity
+from yarn_client.rest_client import RestClient, RestError
+
+
+class ClusterStartError(RuntimeError):
+    pass
+
+
+class LocalCluster:
+    def __init__(self, conf: Configuration, work_dir: Path | None = None,
+                 keep_work_dir: bool = False) -> None:
+        self.conf = conf
+        self._own_dir = work_dir is None
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="flinkyarn-local-"))
+        self._keep = keep_work_dir
+        self.process: subprocess.Popen | None = None
+        self.security: ClusterSecurity | None = None
+        self.rest: RestClient | None = None
+        self.rpc_address: str | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.work_dir / "appmaster.log"
+
+    def start(self, timeout: float = 60.0) -> RestClient:
+        self.security = ClusterSecurity.generate(self.work_dir / "security")
+        info = self.work_dir / "cluster.json"
+        command = [sys.executable, "-m", "yarn_am", "--security-dir", str(self.security.directory),
+                   "--work-dir", str(self.work_dir), "--info-file", str(info)]
+        for key, value in self.conf.raw().items():
+            command += ["-D", f"{key}={value}"]
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=log, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not info.exists():
+            if self.process.poll() is not None:
+                raise ClusterStartError(f"the local AppMaster exited with code "
+                                        f"{self.process.returncode}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ClusterStartError(f"the local AppMaster did not start within {timeout:g} s:"
+                                        f"\n{self.log_tail()}")
+            time.sleep(0.05)
+        cluster = msgspec.json.decode(info.read_bytes())
+        self.rpc_address = cluster["rpc_address"]
+        self.rest = RestClient(cluster["rest_address"], self.security)
+        return self.rest
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def taskexecutor_logs(self) -> list[Path]:
+        return sorted((self.work_dir / "logs").glob("taskexecutor-*.log"))
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Asks the AppMaster to shut down, then makes sure its whole session is gone."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None and self.rest is not None:
+            try:
+                self.rest.shutdown_cluster()
+            except RestError:
+                process.send_signal(signal.SIGTERM)
+        elif process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # anything left in the session
+        except ProcessLookupError:
+            pass
+        process.wait()
+        self.process = None
+        if self._own_dir and not self._keep:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

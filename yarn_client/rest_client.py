@@ -1,0 +1,76 @@
+"""A client of the AppMaster's REST API, over HTTPS with the cluster's certificate.
+Answers are decoded into the Dispatcher's message types, with validation."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import msgspec
+
+from flinkyarn.gateways.dispatcher import (ClusterOverview, JobDetails, JobList, JobSubmitted,
+                                           SubmitJob)
+from flinkyarn.jobgraph import JobGraph
+from flinkyarn.rpc import codec
+from flinkyarn.rpc.security import ClusterSecurity
+
+
+class RestError(RuntimeError):
+    """The AppMaster refused the request (the message is its explanation) or was unreachable."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RestClient:
+    def __init__(self, address: str, security: ClusterSecurity, timeout: float = 30.0) -> None:
+        self.address = address.rstrip("/")
+        self._timeout = timeout
+        self._opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}),
+            urllib.request.HTTPSHandler(context=security.client_ssl_context()))
+
+    def _request(self, method: str, path: str, body: bytes | None = None,
+                 content_type: str = "application/json", timeout: float | None = None) -> bytes:
+        request = urllib.request.Request(self.address + path, data=body, method=method,
+                                         headers={"Content-Type": content_type})
+        try:
+            with self._opener.open(request, timeout=timeout or self._timeout) as response:
+                return response.read()
+        except urllib.error.HTTPError as error:
+            raise RestError(_error_text(error.read()) or str(error), error.code) from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise RestError(f"cannot reach the AppMaster at {self.address}: {reason}") from None
+
+    def _get(self, path: str, kind: Any) -> Any:
+        return msgspec.json.decode(self._request("GET", path), type=kind)
+
+    def submit(self, graph: JobGraph) -> str:
+        data = self._request("POST", "/jobs", codec.encode(SubmitJob(graph)), "application/msgpack")
+        return msgspec.json.decode(data, type=JobSubmitted).job_id
+
+    def jobs(self) -> JobList:
+        return self._get("/jobs", JobList)
+
+    def job(self, job_id: str) -> JobDetails:
+        return self._get(f"/jobs/{job_id}", JobDetails)
+
+    def overview(self) -> ClusterOverview:
+        return self._get("/overview", ClusterOverview)
+
+    def cancel(self, job_id: str) -> None:
+        self._request("POST", f"/jobs/{job_id}/cancel", b"")
+
+    def shutdown_cluster(self) -> None:
+        self._request("DELETE", "/cluster", timeout=10)
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        return json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return body.decode(errors="replace")[:500]
