@@ -1,0 +1,96 @@
+"""A local cluster per test: a real AppMaster process whose ResourceManager starts real
+TaskExecutor processes, all on loopback with the cluster's TLS. Heartbeats are short so
+timeouts are seen in seconds."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from flinkyarn.configuration import Configuration
+from tests.local import jobs
+from yarn_client.local_cluster import LocalCluster
+
+cloudpickle.register_pickle_by_value(jobs)
+
+FAST = {
+    "heartbeat.interval": "250 ms",
+    "heartbeat.timeout": "2 s",
+    "taskmanager.numberOfTaskSlots": "2",
+    "resourcemanager.taskmanager-timeout": "10 min",
+    "slot.idle.timeout": "300 ms",
+    "cluster.registration.initial-timeout": "50 ms",
+    "cluster.registration.max-timeout": "500 ms",
+}
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition", poll: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(poll)
+
+
+@pytest.fixture
+def start_cluster(tmp_path):
+    clusters = []
+
+    def start(**overrides) -> LocalCluster:
+        conf = Configuration.load(overrides={**FAST, **overrides})
+        cluster = LocalCluster(conf, work_dir=tmp_path / f"cluster-{len(clusters)}")
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield start
+    for cluster in clusters:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster(start_cluster) -> LocalCluster:
+    return start_cluster()
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    path = tmp_path / "markers"
+    path.mkdir()
+    return path
+
+
+def task_executor_pid(cluster: LocalCluster, resource_id: str) -> int:
+    """The pid of the TaskExecutor process registered as resource_id."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"taskexecutor" in argv and resource_id.encode() in argv:
+            return int(proc.name)
+    raise LookupError(f"no process for TaskExecutor {resource_id}")
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(f"{proc.name}: {cmdline}")
+    return found

@@ -1,0 +1,96 @@
+"""`flinkyarn run -t local` as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.local.conftest import processes_mentioning, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+FLINKYARN = [sys.executable, "-m", "yarn_client"]
+FAST = ["-D", "heartbeat.interval=250 ms", "-D", "heartbeat.timeout=2 s"]
+
+LONG_JOB = """
+from flinkyarn.job import JobBuilder
+
+def forever(ctx):
+    while True:
+        ctx.sleep(0.1)
+
+job = JobBuilder("forever")
+job.add_vertex("loop", forever, parallelism=2)
+job.execute()
+"""
+
+FAILING_JOB = """
+from flinkyarn.job import JobBuilder
+
+def boom(ctx):
+    raise KeyError("missing column 'word'")
+
+job = JobBuilder("failing")
+job.add_vertex("boom", boom, parallelism=1)
+job.execute()
+"""
+
+
+def run_cli(*args, tmp_path, timeout=120):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    return subprocess.run([*FLINKYARN, *args], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=timeout)
+
+
+def test_run_finishes_the_example_and_exits_0(tmp_path):
+    result = run_cli("run", "-t", "local", *FAST, "examples/two_stage_job.py", "3", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "FINISHED" in result.stdout
+    assert "source [3 FINISHED]; sink [3 FINISHED]" in result.stderr  # progress
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_failing_job_exits_1_with_the_cause(tmp_path):
+    program = tmp_path / "failing.py"
+    program.write_text(FAILING_JOB)
+    result = run_cli("run", *FAST, str(program), tmp_path=tmp_path)
+    assert result.returncode == 1
+    assert "FAILED" in result.stdout
+    assert "KeyError: \"missing column 'word'\"" in result.stdout
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_usage_errors_exit_2_and_name_the_problem(tmp_path):
+    bad_value = run_cli("run", "-D", "heartbeat.interval=soon", "examples/two_stage_job.py",
+                        tmp_path=tmp_path)
+    assert bad_value.returncode == 2 and "heartbeat.interval" in bad_value.stderr
+    unknown_key = run_cli("run", "-D", "heartbeat.intervall=1 s", "examples/two_stage_job.py",
+                          tmp_path=tmp_path)
+    assert unknown_key.returncode == 2 and "heartbeat.intervall" in unknown_key.stderr
+    missing = run_cli("run", "no/such/program.py", tmp_path=tmp_path)
+    assert missing.returncode == 2 and "no such file: no/such/program.py" in missing.stderr
+    target = run_cli("run", "-t", "mars", "examples/two_stage_job.py", tmp_path=tmp_path)
+    assert target.returncode == 2 and "mars" in target.stderr
+
+
+def test_ctrl_c_cancels_and_leaves_nothing_running(tmp_path):
+    program = tmp_path / "forever.py"
+    program.write_text(LONG_JOB)
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    process = subprocess.Popen([*FLINKYARN, "run", *FAST, str(program)], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(processes_mentioning(str(tmp_path))) >= 2, 60,
+                 "the AppMaster and a TaskExecutor")
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1, err
+    assert "interrupted" in err
+    assert processes_mentioning(str(tmp_path)) == []

@@ -1,0 +1,177 @@
+"""A local cluster of real processes: AppMaster (Dispatcher, ResourceManager, JobMasters)
+and TaskExecutors, talking gRPC over loopback with the cluster's TLS."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from flinkyarn.job import JobBuilder
+from tests.local import jobs
+from tests.local.conftest import task_executor_pid, wait_for
+
+TERMINAL = ("FINISHED", "FAILED", "CANCELED")
+
+
+def finished(rest, job_id, timeout=60.0):
+    return wait_for(lambda: (d := rest.job(job_id)).status in TERMINAL and d, timeout,
+                    f"job {job_id} to end")
+
+
+def running_tasks(rest, job_id) -> int:
+    return sum(v.state_counts.get("RUNNING", 0) for v in rest.job(job_id).vertices)
+
+
+def slots_of_job(rest, job_id) -> int:
+    return sum(1 for te in rest.overview().task_executors for s in te.slots if s.job_id == job_id)
+
+
+def test_task_executors_register_with_their_slots(cluster, folder):
+    job = JobBuilder("one task")
+    job.add_vertex("only", jobs.quick(folder), parallelism=1)
+    details = finished(cluster.rest, cluster.rest.submit(job.build()))
+
+    assert details.status == "FINISHED"
+    executors = cluster.rest.overview().task_executors
+    assert len(executors) == 1
+    assert [s.index for s in executors[0].slots] == [0, 1]
+    assert executors[0].address.startswith("127.0.0.1:")
+
+
+def test_multi_vertex_job_with_parallelism_runs_every_subtask_to_finished(cluster, folder):
+    job = JobBuilder("three vertices", schedule_mode="lazy_from_sources")
+    a = job.add_vertex("a", jobs.quick(folder), parallelism=3)
+    b = job.add_vertex("b", jobs.quick(folder), parallelism=3)
+    c = job.add_vertex("c", jobs.quick(folder), parallelism=2)
+    job.connect(a, b, pattern="pointwise")
+    job.connect(b, c, blocking=True)
+
+    details = finished(cluster.rest, cluster.rest.submit(job.build()))
+
+    assert details.status == "FINISHED", details.failure_cause
+    assert jobs.markers(folder, "finished") == {
+        f"{v}-{i}-0" for v, n in (("a", 3), ("b", 3), ("c", 2)) for i in range(n)}
+    assert {v.name: v.state_counts for v in details.vertices} == {
+        "a": {"FINISHED": 3}, "b": {"FINISHED": 3}, "c": {"FINISHED": 2}}
+
+
+def test_vertices_in_one_slot_sharing_group_share_slots(cluster, folder):
+    shared = JobBuilder("shared")
+    a = shared.add_vertex("a", jobs.wait_for_go(folder), parallelism=2)
+    b = shared.add_vertex("b", jobs.wait_for_go(folder), parallelism=2)
+    shared.connect(a, b)
+    job_id = cluster.rest.submit(shared.build())
+    wait_for(lambda: running_tasks(cluster.rest, job_id) == 4, 30, "4 running tasks")
+
+    # Four tasks of two vertices in two slots: one subtask of each vertex per slot.
+    assert slots_of_job(cluster.rest, job_id) == 2
+    (folder / "go").touch()
+    assert finished(cluster.rest, job_id).status == "FINISHED"
+
+
+def test_vertex_without_a_sharing_group_gets_slots_of_its_own(cluster, folder):
+    job = JobBuilder("separate")
+    a = job.add_vertex("a", jobs.wait_for_go(folder), parallelism=2)
+    b = job.add_vertex("b", jobs.wait_for_go(folder), parallelism=2, slot_sharing_group=None)
+    job.connect(a, b)
+    job_id = cluster.rest.submit(job.build())
+    wait_for(lambda: running_tasks(cluster.rest, job_id) == 4, 30, "4 running tasks")
+
+    assert slots_of_job(cluster.rest, job_id) == 4
+    assert len(cluster.rest.overview().task_executors) == 2  # two slots each
+    (folder / "go").touch()
+    assert finished(cluster.rest, job_id).status == "FINISHED"
+
+
+def test_cancel_stops_every_task_and_ends_canceled(cluster, folder):
+    job = JobBuilder("to cancel")
+    job.add_vertex("waits", jobs.wait_for_go(folder), parallelism=3)
+    job_id = cluster.rest.submit(job.build())
+    wait_for(lambda: running_tasks(cluster.rest, job_id) == 3, 30, "3 running tasks")
+
+    cluster.rest.cancel(job_id)
+
+    assert finished(cluster.rest, job_id).status == "CANCELED"
+    assert jobs.markers(folder, "stopped") == {f"waits-{i}-0" for i in range(3)}
+    assert not jobs.markers(folder, "finished")
+    wait_for(lambda: slots_of_job(cluster.rest, job_id) == 0, 10, "the job's slots to be freed")
+
+
+def test_two_jobs_run_at_once(cluster, folder):
+    ids = []
+    for name in ("first", "second"):
+        job = JobBuilder(name)
+        job.add_vertex(name, jobs.wait_for_go(folder), parallelism=2)
+        ids.append(cluster.rest.submit(job.build()))
+
+    wait_for(lambda: all(running_tasks(cluster.rest, j) == 2 for j in ids), 30,
+             "both jobs running")
+    assert {j.status for j in cluster.rest.jobs().jobs} == {"RUNNING"}
+    (folder / "go").touch()
+    assert [finished(cluster.rest, j).status for j in ids] == ["FINISHED", "FINISHED"]
+
+
+def test_failing_task_fails_the_job_with_its_error(cluster, folder):
+    job = JobBuilder("fails")
+    job.add_vertex("boom", jobs.failing("no such column 'x'"), parallelism=2)
+    job.add_vertex("bystander", jobs.wait_for_go(folder), parallelism=1)
+    details = finished(cluster.rest, cluster.rest.submit(job.build()))
+
+    assert details.status == "FAILED"
+    assert "boom" in details.failure_cause
+    assert "ValueError: no such column 'x'" in details.failure_cause
+
+
+def start_waiting_job(cluster, folder):
+    job = JobBuilder("long")
+    job.add_vertex("waits", jobs.wait_for_go(folder), parallelism=1)
+    job_id = cluster.rest.submit(job.build())
+    wait_for(lambda: running_tasks(cluster.rest, job_id) == 1, 30, "the task running")
+    [executor] = cluster.rest.overview().task_executors
+    return job_id, executor.resource_id
+
+
+def test_killed_task_executor_is_detected_by_heartbeat_timeout(cluster, folder):
+    job_id, resource_id = start_waiting_job(cluster, folder)
+
+    os.kill(task_executor_pid(cluster, resource_id), signal.SIGKILL)
+
+    # The JobMaster hears nothing more from it: heartbeat timeout (2 s here).
+    details = finished(cluster.rest, job_id, timeout=20)
+    assert details.status == "FAILED"
+    assert f"heartbeat of TaskExecutor {resource_id} timed out" in details.failure_cause
+    wait_for(lambda: all(te.resource_id != resource_id
+                         for te in cluster.rest.overview().task_executors), 10,
+             "the ResourceManager to drop the killed TaskExecutor")
+
+
+def test_frozen_task_executor_is_declared_dead_and_registers_again_when_thawed(cluster, folder):
+    job_id, resource_id = start_waiting_job(cluster, folder)
+    pid = task_executor_pid(cluster, resource_id)
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        details = finished(cluster.rest, job_id, timeout=20)
+        assert details.status == "FAILED"
+        assert f"heartbeat of TaskExecutor {resource_id} timed out" in details.failure_cause
+        wait_for(lambda: not cluster.rest.overview().task_executors, 10,
+                 "the ResourceManager to drop the frozen TaskExecutor")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Thawed, it finds its ResourceManager connection gone and registers again.
+    wait_for(lambda: [te.resource_id for te in cluster.rest.overview().task_executors]
+             == [resource_id], 20, "the thawed TaskExecutor to register again")
+
+
+def test_idle_task_executors_are_released_after_the_taskmanager_timeout(start_cluster, folder):
+    cluster = start_cluster(**{"resourcemanager.taskmanager-timeout": "1 s"})
+    job = JobBuilder("short")
+    job.add_vertex("only", jobs.quick(folder), parallelism=1)
+    finished(cluster.rest, cluster.rest.submit(job.build()))
+    [executor] = wait_for(lambda: cluster.rest.overview().task_executors, 5, "a TaskExecutor")
+    pid = task_executor_pid(cluster, executor.resource_id)
+
+    wait_for(lambda: not cluster.rest.overview().task_executors, 15,
+             "the idle TaskExecutor to be released")
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
+             open(f"/proc/{pid}/stat").read().split()[2] == "Z", 10, "its process to exit")

@@ -1,0 +1,112 @@
+"""Only holders of the cluster's certificate get in; bad input changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import urllib.request
+
+import grpc
+import msgspec
+import pytest
+
+from flinkyarn.gateways.resource_manager import RegisterTaskExecutor, ResourceManagerGateway
+from flinkyarn.ids import new_id
+from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex
+from flinkyarn.resources import ResourceProfile
+from flinkyarn.rpc import codec
+from flinkyarn.rpc.errors import Unreachable
+from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.service import RpcService
+from flinkyarn.slots import SlotReport
+from yarn_client.rest_client import RestClient, RestError
+
+
+@pytest.fixture
+def stranger(tmp_path):
+    return ClusterSecurity.generate(tmp_path / "another-cluster")
+
+
+def test_rest_client_without_the_clusters_certificate_is_refused(cluster, stranger):
+    intruder = RestClient(cluster.rest.address, stranger, timeout=5)
+    with pytest.raises(RestError, match="cannot reach"):
+        intruder.jobs()
+    graph = JobGraph(new_id(), "intruder", [JobVertex("v", "v", 1, b"")])
+    with pytest.raises(RestError):
+        intruder.submit(graph)
+    # Nor without any certificate at all.
+    plain = urllib.request.Request(cluster.rest.address.replace("https", "http") + "/jobs")
+    with pytest.raises(OSError):
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(plain, timeout=5)
+    assert cluster.rest.jobs().jobs == []
+
+
+def test_task_executor_without_the_certificate_cannot_register(cluster, stranger):
+    async def register():
+        rpc = RpcService(stranger)
+        try:
+            await rpc.connect(cluster.rpc_address, "resourcemanager", ResourceManagerGateway) \
+                .register_task_executor(RegisterTaskExecutor(
+                    "intruder", "127.0.0.1:1", SlotReport([]), ResourceProfile(1, 1024)), timeout=5)
+        finally:
+            await rpc.stop()
+
+    with pytest.raises(Unreachable):
+        asyncio.run(register())
+
+    # A real TaskExecutor process with the wrong files gives up and exits 1.
+    process = subprocess.run(
+        [sys.executable, "-m", "taskexecutor", "--resource-id", "intruder",
+         "--resource-manager", cluster.rpc_address, "--security-dir", str(stranger.directory),
+         "-D", "taskmanager.registration.timeout=2 s"],
+        capture_output=True, text=True, timeout=60)
+    assert process.returncode == 1
+    assert "could not register at the ResourceManager within 2 s" in process.stderr
+    assert cluster.rest.overview().task_executors == []
+
+
+def test_garbled_and_invalid_submissions_are_refused_and_change_nothing(cluster):
+    rest = cluster.rest
+    with pytest.raises(RestError, match="malformed SubmitJob") as error:
+        rest._request("POST", "/jobs", b"\x93\xff garbage", "application/msgpack")
+    assert error.value.status == 400
+
+    cyclic = JobGraph(new_id(), "cycle", [JobVertex("a", "a", 1, b""), JobVertex("b", "b", 1, b"")],
+                      [JobEdge("a", "b"), JobEdge("b", "a")])
+    with pytest.raises(RestError, match="has a cycle"):
+        rest.submit(cyclic)
+    zero = JobGraph(new_id(), "zero", [JobVertex("a", "source", 0, b"")])
+    with pytest.raises(RestError, match="vertex 'source': parallelism must be >= 1"):
+        rest.submit(zero)
+    with pytest.raises(RestError, match="no job") as error:
+        rest.job("does-not-exist")
+    assert error.value.status == 404
+    assert rest.jobs().jobs == []
+
+
+def test_garbled_control_plane_message_is_refused_and_changes_nothing(cluster):
+    async def send_garbage():
+        rpc = RpcService(cluster.security)
+        try:
+            call = rpc.channel(cluster.rpc_address).unary_unary(
+                "/resourcemanager/register_task_executor")
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await call(codec.encode({"resource_id": 7, "address": None}), timeout=5)
+            return error.value
+        finally:
+            await rpc.stop()
+
+    error = asyncio.run(send_garbage())
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed RegisterTaskExecutor" in error.details()
+    assert cluster.rest.overview().task_executors == []
+
+
+def test_oversized_submission_is_refused(start_cluster):
+    cluster = start_cluster(**{"rpc.max-message-size": "256 kb"})
+    big = JobGraph(new_id(), "big", [JobVertex("a", "a", 1, b"x" * (1 << 20))])
+    with pytest.raises(RestError) as error:
+        cluster.rest.submit(big)
+    assert error.value.status == 413
+    assert cluster.rest.jobs().jobs == []

@@ -1,0 +1,3 @@
+from yarn_client.cli import main
+
+main()
