@@ -2,7 +2,7 @@
 and which tasks run in it.
 
 States of one slot:
-    FREE --allocate--> ALLOCATED --mark_active (offer accepted)--> ACTIVE
+    FREE --allocate--> ALLOCATED --mark_active (offer accepted) | add_task--> ACTIVE
     ALLOCATED / ACTIVE --free--> FREE          (its tasks must have ended or been failed)
 The allocation id is the slot's fencing token: calls naming another allocation are refused.
 """
@@ -89,10 +89,16 @@ class TaskSlotTable:
     def jobs(self) -> set[JobID]:
         return {s.job_id for s in self._slots if s.job_id is not None}
 
-    def add_task(self, allocation_id: AllocationID, attempt_id: ExecutionAttemptID) -> None:
+    def add_task(self, job_id: JobID, allocation_id: AllocationID,
+                 attempt_id: ExecutionAttemptID) -> None:
+        """Puts a task into the allocation's slot, marking the slot ACTIVE: the JobMaster
+        deploys only into slots it accepted, and its deployment may overtake the answer
+        to our offer (as Flink's tryMarkSlotActive allows)."""
         slot = self.by_allocation(allocation_id)
-        if slot is None or slot.state is not SlotState.ACTIVE:
-            raise SlotTaken(f"no active slot for allocation {allocation_id} on {self.resource_id}")
+        if slot is None or slot.job_id != job_id:
+            raise SlotTaken(f"no slot for allocation {allocation_id} of job {job_id} "
+                            f"on {self.resource_id}")
+        slot.state = SlotState.ACTIVE
         slot.tasks.add(attempt_id)
 
     def remove_task(self, attempt_id: ExecutionAttemptID) -> None:

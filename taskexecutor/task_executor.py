@@ -297,12 +297,13 @@ class TaskExecutor(RpcEndpoint):
         slot = self.slot_table.by_allocation(request.allocation_id)
         if slot is None:
             return ACK  # already free: idempotent
-        connection = self.job_connections.get(slot.job_id)
+        job_id = slot.job_id
+        connection = self.job_connections.get(job_id)
         check_fencing(connection.job_master_id if connection else None, request.job_master_id,
                       "JobMaster id")
         await self._free_slot(request.allocation_id, request.cause)
-        if not self.slot_table.slots_of_job(slot.job_id):
-            self._release_job_connection(slot.job_id)
+        if not self.slot_table.slots_of_job(job_id):
+            self._release_job_connection(job_id)
         return ACK
 
     def _release_job_connection(self, job_id: JobID) -> None:
@@ -331,7 +332,7 @@ class TaskExecutor(RpcEndpoint):
                       "JobMaster id")
         if deployment.attempt_id in self.tasks:
             return ACK
-        self.slot_table.add_task(deployment.allocation_id, deployment.attempt_id)
+        self.slot_table.add_task(deployment.job_id, deployment.allocation_id, deployment.attempt_id)
         loop = asyncio.get_running_loop()
         task = Task(deployment, lambda t, state, error: loop.call_soon_threadsafe(
             self._task_state_changed, t, state, error))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from flinkyarn.job import JobBuilder
 from tests.local import jobs
@@ -36,6 +37,10 @@ def test_task_executors_register_with_their_slots(cluster, folder):
     assert len(executors) == 1
     assert [s.index for s in executors[0].slots] == [0, 1]
     assert executors[0].address.startswith("127.0.0.1:")
+    # The job ended cleanly: its slots were freed and the TaskExecutor stopped watching
+    # the JobMaster, so no heartbeat timeout follows.
+    time.sleep(2.5)
+    assert "timed out" not in "".join(p.read_text() for p in cluster.taskexecutor_logs())
 
 
 def test_multi_vertex_job_with_parallelism_runs_every_subtask_to_finished(cluster, folder):
