@@ -38,6 +38,13 @@ class ScheduleMode(str, enum.Enum):
 DEFAULT_SLOT_SHARING_GROUP = "default"
 
 
+class ChainedOperator(msgspec.Struct, frozen=True):
+    """One operator of a vertex's chain, as `flinkyarn info` shows it."""
+
+    uid: str   # stable operator id: the user's uid, or a hash of the program's shape
+    name: str
+
+
 class JobVertex(msgspec.Struct, frozen=True):
     id: JobVertexID
     name: str
@@ -47,6 +54,8 @@ class JobVertex(msgspec.Struct, frozen=True):
     # Subtasks of vertices in the same group may share a slot; None: a slot of its own.
     slot_sharing_group: str | None = DEFAULT_SLOT_SHARING_GROUP
     resources: ResourceProfile = UNKNOWN
+    # The operators chained into this vertex, head first (pipelines only).
+    operators: list[ChainedOperator] = []
 
 
 class JobEdge(msgspec.Struct, frozen=True):
@@ -57,6 +66,9 @@ class JobEdge(msgspec.Struct, frozen=True):
     # Whether re-running the producer sends every record to the same consumer again
     # (hash, forward, broadcast: yes; rebalance, random: no). Region failover uses it.
     deterministic: bool = True
+    # How the producer picks subpartitions: forward, rebalance, hash, broadcast.
+    partitioner: str = "forward"
+    key_columns: list[str] = []
 
 
 class JobGraph(msgspec.Struct, frozen=True):

@@ -101,6 +101,23 @@ TASK_MANAGER_RPC_PORT = option(
     "taskmanager.rpc.port", PORT, "0",
     "Port of a TaskExecutor's RPC endpoint; 0 picks any free port.")
 
+# Data plane
+TASK_MANAGER_DATA_PORT = option(
+    "taskmanager.data.port", PORT, "0",
+    "Port of a TaskExecutor's Arrow Flight data server; 0 picks any free port.")
+SUBPARTITION_MAX_BUFFERED_BYTES = option(
+    "taskmanager.network.subpartition.max-buffered-bytes", MEMORY_SIZE, "8 mb",
+    "Most bytes a pipelined subpartition buffers before its producer waits (backpressure).")
+PARTITION_REQUEST_TIMEOUT = option(
+    "taskmanager.network.partition-request.timeout", DURATION, "60 s",
+    "How long a consumer waits for a producer's partition to become available.")
+IO_TMP_DIRS = option(
+    "io.tmp.dirs", STRING, "",
+    "Folder for spilled blocking partitions and Spark scratch space; empty uses the system temporary folder.")
+PIPELINE_BATCH_SIZE = option(
+    "pipeline.batch-size", integer(1), "65536",
+    "Most rows per Arrow record batch that sources and operators emit.")
+
 # REST endpoint and client
 REST_ADDRESS = option(
     "rest.address", STRING, "127.0.0.1",

@@ -27,20 +27,23 @@ class AllocateSlot(msgspec.Struct, frozen=True):
 
 
 class ConsumedPartition(msgspec.Struct, frozen=True):
-    """Partition `producer_subtask_index` of result `result_id`, which a task reads."""
+    """Subpartition `subpartition_index` of partition `producer_subtask_index` of result
+    `result_id`, which a task reads."""
 
     result_id: IntermediateDataSetID
     producer_vertex_id: JobVertexID
     producer_subtask_index: int
     partition_type: ResultPartitionType
+    subpartition_index: int
 
 
 class ProducedPartition(msgspec.Struct, frozen=True):
-    """A partition a task writes, with one subpartition per consumer subtask."""
+    """A partition a task writes, with one subpartition per consumer subtask it feeds."""
 
     result_id: IntermediateDataSetID
     partition_type: ResultPartitionType
     number_of_subpartitions: int
+    consumer_vertex_id: JobVertexID
 
 
 class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):

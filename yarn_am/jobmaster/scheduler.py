@@ -49,21 +49,25 @@ _ON_TASK_EXECUTOR = frozenset({_S.DEPLOYING, _S.INITIALIZING, _S.RUNNING})
 
 @dataclass(frozen=True, slots=True)
 class ConsumedPartition:
-    """A partition a task reads: partition `producer_subtask_index` of result_id."""
+    """A partition a task reads: subpartition `subpartition_index` of partition
+    `producer_subtask_index` of result_id."""
 
     result_id: IntermediateDataSetID
     producer_vertex_id: JobVertexID
     producer_subtask_index: int
     partition_type: ResultPartitionType
+    subpartition_index: int
 
 
 @dataclass(frozen=True, slots=True)
 class ProducedPartition:
-    """A partition a task writes, with one subpartition per consumer subtask."""
+    """A partition a task writes, with one subpartition per consumer subtask it feeds
+    (in the order of those subtasks' indexes)."""
 
     result_id: IntermediateDataSetID
     partition_type: ResultPartitionType
     number_of_subpartitions: int
+    consumer_vertex_id: JobVertexID
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,10 +359,11 @@ class Scheduler:
             resource_id=slot.resource_id, invokable=job_vertex.invokable,
             consumed_partitions=tuple(
                 ConsumedPartition(p.result.id, p.result.producer, p.partition_number,
-                                  p.result.partition_type)
+                                  p.result.partition_type, sorted(p.consumers).index(vertex.id))
                 for p in vertex.consumed_partitions),
             produced_partitions=tuple(
-                ProducedPartition(p.result.id, p.result.partition_type, len(p.consumers))
+                ProducedPartition(p.result.id, p.result.partition_type, len(p.consumers),
+                                  p.result.consumer)
                 for p in vertex.produced_partitions))
         return DeployTask(descriptor, slot.task_executor_address)
 

@@ -1,0 +1,82 @@
+"""The contract between a pipeline's operators and the StreamTask that runs them.
+
+A JobVertex of a pipeline runs a chain of operators in one task thread. Data moves as
+Arrow RecordBatches. The StreamTask (taskexecutor/stream_task.py) calls, for each
+operator of the chain, head first:
+
+    open(context)                    once, before any data; may start resources
+    process(batch, input_index)      for each batch arriving on input `input_index`
+                                     (the chain head's inputs are the vertex's inputs in
+                                     JobGraph order; chained operators have input 0)
+    end_input(input_index)           when input `input_index` has no more data
+    finish()                         after every input ended: flush what is held back
+                                     (aggregations, Spark stages emit here)
+    close()                          always, also after a failure or cancellation
+
+`process`, `end_input` and `finish` return the batches to pass on (an iterable, possibly
+empty); the StreamTask hands them to the next operator of the chain, or, for the last
+one, to the vertex's outputs. A source is the head of its chain and has no inputs: the
+StreamTask iterates `SourceOperator.read()` instead of calling `process`.
+
+Operators are cloudpickled on the client and unpickled in the TaskExecutor; one
+instance per subtask. An exception from any method fails the task; its message should
+name the bad input (file, column), and the StreamTask prefixes the operator's name.
+Operators never block on the network themselves: backpressure is the StreamTask's
+business (its writes to result partitions block).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Protocol
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class OperatorContext(Protocol):
+    """What a running operator may know and use."""
+
+    subtask_index: int
+    parallelism: int
+    attempt_number: int
+    job_id: str
+    task_name: str        # e.g. "Source: text -> flat_map (1/2)"
+    batch_size: int       # pipeline.batch-size: most rows per batch to emit
+    tmp_dir: str          # a scratch folder of this task, removed after it
+
+    def is_cancelled(self) -> bool:
+        ...
+
+    def spark(self) -> "SparkSession":
+        """The TaskExecutor's SparkSession, started on first use and shared by its slots."""
+        ...
+
+
+class Operator:
+    """Base class: a stateless pass-through. Override what the operator needs."""
+
+    name: str = "operator"
+
+    def open(self, context: OperatorContext) -> None:
+        self.context = context
+
+    def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
+        return (batch,)
+
+    def end_input(self, input_index: int) -> Iterable[pa.RecordBatch]:
+        return ()
+
+    def finish(self) -> Iterable[pa.RecordBatch]:
+        return ()
+
+    def close(self) -> None:
+        pass
+
+
+class SourceOperator(Operator):
+    """The head of a source chain: reads this subtask's share of the input."""
+
+    def read(self) -> Iterable[pa.RecordBatch]:
+        raise NotImplementedError
