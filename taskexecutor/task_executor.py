@@ -107,7 +107,8 @@ class TaskExecutor(RpcEndpoint):
         self.job_connections: dict[JobID, JobManagerConnection] = {}
         self._connecting: dict[JobID, asyncio.Task] = {}
         self.tasks: dict[str, Task] = {}
-        self._updates: asyncio.Queue = asyncio.Queue()
+        # The last state update of each task still on its way: the next one waits for it.
+        self._updates_in_flight: dict[str, asyncio.Task] = {}
         timeout = config.heartbeat.timeout
         self._rm_heartbeats: HeartbeatManager[None, SlotReport] = HeartbeatManager(
             resource_id, timeout, self._clock, on_timeout=self._resource_manager_timed_out,
@@ -120,7 +121,6 @@ class TaskExecutor(RpcEndpoint):
 
     async def on_start(self) -> None:
         self.spawn(self._register_at_resource_manager(), "registration")
-        self.spawn(self._send_task_updates(), "task-updates")
         check = min(self.config.heartbeat.interval, self.config.heartbeat.timeout / 5)
         self.every(lambda: check, self._check_heartbeats, "heartbeat-timeouts")
 
@@ -351,22 +351,30 @@ class TaskExecutor(RpcEndpoint):
         return ACK
 
     def _task_state_changed(self, task: Task, state: TaskState, error: str | None) -> None:
+        """Sends the change to the JobMaster: each task's changes in order, different
+        tasks' changes independently of each other."""
         self.assert_on_loop()
+        attempt_id = task.attempt_id
+        previous = self._updates_in_flight.get(attempt_id)
+        update = self.spawn(self._send_task_update(previous, task.deployment.job_id, attempt_id,
+                                                   state, error), f"update-{attempt_id}")
         if state in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELED):
-            self.tasks.pop(task.attempt_id, None)
-            self.slot_table.remove_task(task.attempt_id)
-        self._updates.put_nowait((task.deployment.job_id, task.attempt_id, state, error))
+            self.tasks.pop(attempt_id, None)
+            self.slot_table.remove_task(attempt_id)
+            self._updates_in_flight.pop(attempt_id, None)
+        else:
+            self._updates_in_flight[attempt_id] = update
 
-    async def _send_task_updates(self) -> None:
-        """Sends task state changes one at a time, so each task's arrive in order."""
-        while True:
-            job_id, attempt_id, state, error = await self._updates.get()
-            connection = self.job_connections.get(job_id)
-            if connection is None:
-                continue
-            try:
-                await connection.gateway.update_task_execution_state(UpdateTaskExecutionState(
-                    connection.job_master_id, attempt_id, state, error))
-            except RpcError as failure:
-                log.warning("could not report %s of %s to its JobMaster: %s", state.value,
-                            attempt_id, failure)
+    async def _send_task_update(self, previous: asyncio.Task | None, job_id: JobID,
+                                attempt_id: str, state: TaskState, error: str | None) -> None:
+        if previous is not None:
+            await previous
+        connection = self.job_connections.get(job_id)
+        if connection is None:
+            return
+        try:
+            await connection.gateway.update_task_execution_state(UpdateTaskExecutionState(
+                connection.job_master_id, attempt_id, state, error))
+        except RpcError as failure:
+            log.warning("could not report %s of %s to its JobMaster: %s", state.value,
+                        attempt_id, failure)

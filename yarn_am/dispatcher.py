@@ -3,9 +3,7 @@ job's status, also after it ended. Several jobs may run at once."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from dataclasses import dataclass
 
 from flinkyarn.gateways import ACK, Ack
@@ -28,8 +26,12 @@ class UnknownJob(KeyError):
 
 @dataclass
 class JobRecord:
-    job_master: JobMaster
+    """A running job has its JobMaster; an ended one only its final details (the
+    JobMaster, its graph and the user's pickled code are dropped)."""
+
+    job_master: JobMaster | None
     result: JobResult | None = None
+    final: JobDetails | None = None
 
 
 class Dispatcher(RpcEndpoint):
@@ -39,11 +41,10 @@ class Dispatcher(RpcEndpoint):
         self._resource_manager = resource_manager
         self._job_master_config = job_master_config
         self.jobs: dict[JobID, JobRecord] = {}
-        self.job_ended = asyncio.Condition()
 
     async def on_stop(self) -> None:
         for record in self.jobs.values():
-            if record.result is None:
+            if record.job_master is not None:
                 record.job_master.stop()
 
     async def submit_job(self, request: SubmitJob) -> JobSubmitted:
@@ -59,12 +60,10 @@ class Dispatcher(RpcEndpoint):
         return JobSubmitted(graph.job_id)
 
     def _job_terminated(self, result: JobResult) -> None:
-        self.jobs[result.job_id].result = result
-        self.spawn(self._notify_ended(), f"ended-{result.job_id}")
-
-    async def _notify_ended(self) -> None:
-        async with self.job_ended:
-            self.job_ended.notify_all()
+        record = self.jobs[result.job_id]
+        record.result = result
+        record.final = self._details(record)
+        record.job_master = None
 
     def _record(self, job_id: JobID) -> JobRecord:
         record = self.jobs.get(job_id)
@@ -74,7 +73,7 @@ class Dispatcher(RpcEndpoint):
 
     async def cancel_job(self, request: JobQuery) -> Ack:
         record = self._record(request.job_id)
-        if record.result is None:
+        if record.job_master is not None:
             record.job_master.cancel()
         return ACK
 
@@ -90,6 +89,9 @@ class Dispatcher(RpcEndpoint):
 
     async def job_details(self, request: JobQuery) -> JobDetails:
         record = self._record(request.job_id)
+        return record.final or self._details(record)
+
+    def _details(self, record: JobRecord) -> JobDetails:
         overview = self._overview(record)
         scheduler = record.job_master.scheduler
         vertices = [VertexDetails(v.vertex_id, v.name, v.parallelism, v.state.value,
@@ -104,17 +106,3 @@ class Dispatcher(RpcEndpoint):
                                       [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots])
                      for record, slots in self._resource_manager.task_executor_overview()]
         return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs)
-
-    def running_jobs(self) -> list[JobID]:
-        return [job_id for job_id, r in self.jobs.items() if r.result is None]
-
-    def is_terminal(self, job_id: JobID) -> bool:
-        record = self.jobs.get(job_id)
-        return record is not None and record.result is not None
-
-    @staticmethod
-    def now() -> float:
-        return time.time()
-
-
-TERMINAL = {JobStatus.FINISHED.value, JobStatus.FAILED.value, JobStatus.CANCELED.value}
