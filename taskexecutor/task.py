@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import threading
 import traceback
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import cloudpickle
 
-from flinkyarn.gateways.job_master import TaskState
+from flinkyarn.gateways.job_master import PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
+
+if TYPE_CHECKING:
+    from taskexecutor.environment import TaskEnvironment
 
 
 class TaskCancelled(Exception):
@@ -23,15 +26,43 @@ class TaskCancelled(Exception):
 
 
 class TaskContext:
-    """What a running subtask knows about itself."""
+    """What a running subtask knows about itself, and what it may use of its
+    TaskExecutor: the environment (data plane, Spark) and `locate`, which asks the
+    JobMaster where a producer partition is served (blocking; any thread)."""
 
-    def __init__(self, deployment: TaskDeploymentDescriptor, cancelled: threading.Event) -> None:
+    def __init__(self, deployment: TaskDeploymentDescriptor, cancelled: threading.Event,
+                 environment: "TaskEnvironment | None" = None,
+                 locate: Callable[[str, int], PartitionLocation] | None = None) -> None:
+        self.deployment = deployment
         self.job_id = deployment.job_id
         self.vertex_name = deployment.vertex_name
         self.subtask_index = deployment.subtask_index
         self.parallelism = deployment.parallelism
         self.attempt_number = deployment.attempt_number
+        self.task_name = f"{deployment.vertex_name} ({deployment.subtask_index + 1}/{deployment.parallelism})"
+        self.environment = environment
+        self.locate = locate
         self._cancelled = cancelled
+        self._cancel_hooks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Runs `hook` (from the cancelling thread) when the task is cancelled, e.g. to
+        wake the task's thread from a blocking read or write. At once if already cancelled."""
+        with self._lock:
+            if not self._cancelled.is_set():
+                self._cancel_hooks.append(hook)
+                return
+        hook()
+
+    def _run_cancel_hooks(self) -> None:
+        with self._lock:
+            hooks, self._cancel_hooks = self._cancel_hooks, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a hook must not stop the others
+                pass
 
     def is_cancelled(self) -> bool:
         return self._cancelled.is_set()
@@ -48,11 +79,14 @@ class TaskContext:
 
 class Task:
     def __init__(self, deployment: TaskDeploymentDescriptor,
-                 report: Callable[["Task", TaskState, str | None], None]) -> None:
+                 report: Callable[["Task", TaskState, str | None], None],
+                 environment: "TaskEnvironment | None" = None,
+                 locate: Callable[[str, int], PartitionLocation] | None = None) -> None:
         self.deployment = deployment
         self.attempt_id = deployment.attempt_id
         self._report = report
         self._cancelled = threading.Event()
+        self.context = TaskContext(deployment, self._cancelled, environment, locate)
         self._thread = threading.Thread(
             target=self._run, daemon=True,
             name=f"{deployment.vertex_name} ({deployment.subtask_index + 1}/"
@@ -63,6 +97,7 @@ class Task:
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self.context._run_cancel_hooks()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -72,7 +107,7 @@ class Task:
         self._report(self, TaskState.INITIALIZING, None)
         try:
             invokable = cloudpickle.loads(self.deployment.invokable)
-            context = TaskContext(self.deployment, self._cancelled)
+            context = self.context
             context.check_cancelled()
             self._report(self, TaskState.RUNNING, None)
             invokable(context)

@@ -28,15 +28,16 @@ from flinkyarn import options
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
-from flinkyarn.gateways.job_master import (JobMasterGateway, OfferSlots, RegisterTaskManager,
+from flinkyarn.gateways.job_master import (JobMasterGateway, OfferSlots, PartitionLocation,
+                                           RegisterTaskManager, RequestPartitionLocation,
                                            TaskState, UpdateTaskExecutionState,
                                            job_master_endpoint)
 from flinkyarn.gateways.resource_manager import (NotifySlotAvailable, RegisterTaskExecutor,
                                                  ResourceManagerGateway)
 from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot, CancelTask,
                                               DisconnectJobManager, DisconnectResourceManager,
-                                              FreeSlot, JobHeartbeatRequest, SubmitTask,
-                                              TaskExecutorGateway)
+                                              FreeSlot, JobHeartbeatRequest, ReleasePartitions,
+                                              SubmitTask, TaskExecutorGateway)
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
                            ResourceManagerId, SlotID)
@@ -46,6 +47,7 @@ from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import RpcError
 from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
+from taskexecutor.environment import TaskEnvironment
 from taskexecutor.slot_table import SlotTaken, TaskSlotTable
 from taskexecutor.task import Task
 
@@ -95,10 +97,13 @@ class JobManagerConnection:
 
 class TaskExecutor(RpcEndpoint):
     def __init__(self, rpc: RpcService, resource_id: ResourceID, resource_manager_address: str,
-                 config: TaskExecutorConfig, clock: Clock | None = None) -> None:
+                 config: TaskExecutorConfig, environment: TaskEnvironment | None = None,
+                 clock: Clock | None = None) -> None:
         super().__init__(rpc, "taskexecutor", TaskExecutorGateway)
         self.resource_id = resource_id
         self.config = config
+        self.environment = environment
+        self.data_address = environment.data_address if environment else ""
         self._clock = clock or SystemClock()
         self._rm: ResourceManagerGateway = rpc.connect(
             resource_manager_address, "resourcemanager", ResourceManagerGateway)
@@ -145,7 +150,8 @@ class TaskExecutor(RpcEndpoint):
             attempt += 1
             request = RegisterTaskExecutor(self.resource_id, self.rpc.address,
                                            self.slot_table.report(), self.config.total,
-                                           worker_id=self.resource_id)
+                                           worker_id=self.resource_id,
+                                           data_address=self.data_address)
             try:
                 registration = await self._rm.register_task_executor(request, timeout=attempt_timeout)
             except RpcError as error:
@@ -229,8 +235,8 @@ class TaskExecutor(RpcEndpoint):
         try:
             while True:
                 try:
-                    registration = await gateway.register_task_manager(
-                        RegisterTaskManager(job_id, self.resource_id, self.rpc.address))
+                    registration = await gateway.register_task_manager(RegisterTaskManager(
+                        job_id, self.resource_id, self.rpc.address, self.data_address))
                     break
                 except RpcError as error:
                     if self._clock.monotonic() > deadline or not self.slot_table.slots_of_job(job_id):
@@ -281,11 +287,24 @@ class TaskExecutor(RpcEndpoint):
         return ACK
 
     async def _close_job_connection(self, job_id: JobID, cause: str) -> None:
+        """The job's JobMaster is gone: its tasks stop, its slots and partitions go."""
         connection = self.job_connections.pop(job_id, None)
         if connection is not None:
             self._jm_heartbeats.unmonitor_target(connection.resource_id)
             log.warning("job %s: connection to its JobMaster closed: %s", job_id, cause)
         await self._free_job_slots(job_id, cause)
+        self._release_partitions(job_id)
+
+    async def release_partitions(self, request: ReleasePartitions) -> Ack:
+        connection = self.job_connections.get(request.job_id)
+        if connection is not None:
+            check_fencing(connection.job_master_id, request.job_master_id, "JobMaster id")
+        self._release_partitions(request.job_id)
+        return ACK
+
+    def _release_partitions(self, job_id: JobID) -> None:
+        if self.environment is not None:
+            self.environment.partition_manager.release_job(job_id)
 
     async def _free_job_slots(self, job_id: JobID, cause: str) -> None:
         for slot in self.slot_table.slots_of_job(job_id):
@@ -335,7 +354,8 @@ class TaskExecutor(RpcEndpoint):
         self.slot_table.add_task(deployment.job_id, deployment.allocation_id, deployment.attempt_id)
         loop = asyncio.get_running_loop()
         task = Task(deployment, lambda t, state, error: loop.call_soon_threadsafe(
-            self._task_state_changed, t, state, error))
+            self._task_state_changed, t, state, error), self.environment,
+            self._partition_locator(connection, loop))
         self.tasks[deployment.attempt_id] = task
         task.start()
         return ACK
@@ -349,6 +369,15 @@ class TaskExecutor(RpcEndpoint):
                       "JobMaster id")
         task.cancel()
         return ACK
+
+    def _partition_locator(self, connection: JobManagerConnection,
+                           loop: asyncio.AbstractEventLoop):
+        """For task threads: asks the job's JobMaster where a producer partition is."""
+        def locate(result_id: str, partition_number: int) -> PartitionLocation:
+            call = connection.gateway.request_partition_location(RequestPartitionLocation(
+                connection.job_master_id, result_id, partition_number))
+            return asyncio.run_coroutine_threadsafe(call, loop).result()
+        return locate
 
     def _task_state_changed(self, task: Task, state: TaskState, error: str | None) -> None:
         """Sends the change to the JobMaster: each task's changes in order, different

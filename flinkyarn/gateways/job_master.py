@@ -8,8 +8,8 @@ from typing import Protocol
 import msgspec
 
 from flinkyarn.gateways import Ack, HeartbeatRequest
-from flinkyarn.ids import (AllocationID, ExecutionAttemptID, JobID, JobMasterId, ResourceID,
-                           ResourceManagerId)
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
+                           JobMasterId, ResourceID, ResourceManagerId)
 from flinkyarn.slots import SlotOffer
 
 
@@ -29,6 +29,7 @@ class RegisterTaskManager(msgspec.Struct, frozen=True):
     job_id: JobID
     resource_id: ResourceID
     address: str
+    data_address: str = ""  # its Arrow Flight data server, host:port
 
 
 class TaskManagerRegistration(msgspec.Struct, frozen=True):
@@ -64,6 +65,25 @@ class DisconnectTaskManager(msgspec.Struct, frozen=True):
     cause: str
 
 
+class RequestPartitionLocation(msgspec.Struct, frozen=True):
+    """A consumer task asks where partition `partition_number` of a result is served."""
+
+    job_master_id: JobMasterId
+    result_id: IntermediateDataSetID
+    partition_number: int
+
+
+class PartitionLocation(msgspec.Struct, frozen=True):
+    """`ready`: served by the TaskExecutor resource_id at data_address; `pending`: its
+    producer is not deployed yet, ask again; `failed`: its producer failed or was
+    cancelled, `error` says why."""
+
+    state: str
+    resource_id: ResourceID | None = None
+    data_address: str = ""
+    error: str | None = None
+
+
 class JobMasterGateway(Protocol):
     async def register_task_manager(self, request: RegisterTaskManager) -> TaskManagerRegistration:
         ...
@@ -81,6 +101,9 @@ class JobMasterGateway(Protocol):
         ...
 
     async def disconnect_task_manager(self, request: DisconnectTaskManager) -> Ack:
+        ...
+
+    async def request_partition_location(self, request: RequestPartitionLocation) -> PartitionLocation:
         ...
 
 

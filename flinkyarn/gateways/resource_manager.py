@@ -20,6 +20,7 @@ class RegisterTaskExecutor(msgspec.Struct, frozen=True):
     total_resources: ResourceProfile
     # Set when the TaskExecutor runs in a YARN container (or a local process of the driver).
     worker_id: str | None = None
+    data_address: str = ""  # its Arrow Flight data server, host:port
 
 
 class TaskExecutorRegistration(msgspec.Struct, frozen=True):

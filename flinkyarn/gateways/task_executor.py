@@ -98,6 +98,13 @@ class DisconnectResourceManager(msgspec.Struct, frozen=True):
     cause: str
 
 
+class ReleasePartitions(msgspec.Struct, frozen=True):
+    """The job ended: drop every result partition it produced on this TaskExecutor."""
+
+    job_master_id: JobMasterId
+    job_id: JobID
+
+
 class TaskExecutorGateway(Protocol):
     async def allocate_slot(self, request: AllocateSlot) -> Ack:
         """Refused (RemoteError) when the slot is taken by another allocation."""
@@ -110,6 +117,9 @@ class TaskExecutorGateway(Protocol):
         ...
 
     async def free_slot(self, request: FreeSlot) -> Ack:
+        ...
+
+    async def release_partitions(self, request: ReleasePartitions) -> Ack:
         ...
 
     async def heartbeat_from_resource_manager(self, request: HeartbeatRequest) -> SlotReport:

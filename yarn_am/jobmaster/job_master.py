@@ -24,7 +24,8 @@ from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (AcceptedSlots, DisconnectTaskManager,
-                                           JobMasterGateway, OfferSlots, RegisterTaskManager,
+                                           JobMasterGateway, OfferSlots, PartitionLocation,
+                                           RegisterTaskManager, RequestPartitionLocation,
                                            SlotRequestFailed as SlotRequestFailedCall,
                                            TaskManagerRegistration, UpdateTaskExecutionState,
                                            job_master_endpoint)
@@ -77,6 +78,7 @@ class JobResult:
 class TaskManagerRecord:
     resource_id: ResourceID
     address: str
+    data_address: str
     gateway: te.TaskExecutorGateway
 
 
@@ -177,8 +179,8 @@ class JobMaster(RpcEndpoint):
         if request.job_id != self.job_id:
             raise ValueError(f"this is the JobMaster of job {self.job_id}, not {request.job_id}")
         gateway = self.rpc.connect(request.address, "taskexecutor", te.TaskExecutorGateway)
-        self.task_managers[request.resource_id] = TaskManagerRecord(request.resource_id,
-                                                                    request.address, gateway)
+        self.task_managers[request.resource_id] = TaskManagerRecord(
+            request.resource_id, request.address, request.data_address, gateway)
         self._tm_heartbeats.monitor_target(
             request.resource_id, lambda heartbeat: gateway.heartbeat_from_job_master(heartbeat))
         self._run_pool(self.slot_pool.register_task_executor(request.resource_id))
@@ -196,6 +198,26 @@ class JobMaster(RpcEndpoint):
         self._run_scheduler(self.scheduler.task_state_changed(
             request.attempt_id, ExecutionState(request.state.value), request.error, self._now()))
         return ACK
+
+    async def request_partition_location(self, request: RequestPartitionLocation) -> PartitionLocation:
+        """Where a producer's partition is served (receiver-initiated exchange: the
+        consumer asks, then requests the data from that TaskExecutor)."""
+        check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        graph = self.scheduler.execution_graph
+        partitions = graph.result(request.result_id).partitions
+        if not 0 <= request.partition_number < len(partitions):
+            raise ValueError(f"result {request.result_id} has no partition {request.partition_number}")
+        vertex = graph.vertex(partitions[request.partition_number].producer)
+        execution = vertex.current_execution
+        if execution.state in (ExecutionState.FAILED, ExecutionState.CANCELED,
+                               ExecutionState.CANCELING):
+            return PartitionLocation("failed", error=f"producer {vertex.task_name} is "
+                                     f"{execution.state.value}: {execution.failure_cause or ''}")
+        slot = execution.slot
+        record = self.task_managers.get(slot.resource_id) if slot is not None else None
+        if execution.state in (ExecutionState.CREATED, ExecutionState.SCHEDULED) or record is None:
+            return PartitionLocation("pending")
+        return PartitionLocation("ready", record.resource_id, record.data_address)
 
     async def disconnect_task_manager(self, request: DisconnectTaskManager) -> Ack:
         self._task_manager_lost(request.resource_id, request.cause)
@@ -331,9 +353,13 @@ class JobMaster(RpcEndpoint):
         self.spawn(self._shut_down(status, cause), "shutdown")
 
     async def _shut_down(self, status: JobStatus, cause: str | None) -> None:
-        """Gives every slot back, leaves the ResourceManager, then reports the result."""
+        """Drops the job's partitions, gives every slot back, leaves the ResourceManager,
+        then reports the result."""
         frees = [c for c in self.slot_pool.close(self._now()) if isinstance(c, sp.FreeSlot)]
-        await asyncio.gather(*(self._free_slot(c) for c in frees))
+        releases = [self._quietly(record.gateway.release_partitions(
+            te.ReleasePartitions(self.job_master_id, self.job_id)))
+            for record in self.task_managers.values()]
+        await asyncio.gather(*(self._free_slot(c) for c in frees), *releases)
         if self.resource_manager_id is not None:
             await self._quietly(self._rm.disconnect_job_master(DisconnectJobMaster(
                 self.job_id, self.job_master_id, f"job {status.value}")))

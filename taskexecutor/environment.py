@@ -1,0 +1,32 @@
+"""What the tasks of one TaskExecutor share: the data plane (result partitions, the
+Arrow Flight server and its client pool) and the SparkSession provider. Built once by
+the TaskExecutor process, handed to every task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taskexecutor.network.flight import DataClientPool
+    from taskexecutor.network.partition import ResultPartitionManager
+    from taskexecutor.spark_bridge import SparkSessionProvider
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    max_buffered_bytes: int          # per pipelined subpartition (backpressure bound)
+    partition_request_timeout: float
+    batch_size: int
+
+
+@dataclass
+class TaskEnvironment:
+    resource_id: str
+    data_address: str
+    partition_manager: "ResultPartitionManager"
+    clients: "DataClientPool"
+    spark: "SparkSessionProvider"
+    tmp_dir: Path
+    network: NetworkConfig
