@@ -8,28 +8,58 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
+from taskexecutor.environment import NetworkConfig, TaskEnvironment
 from taskexecutor.task_executor import RegistrationTimeout, TaskExecutor, TaskExecutorConfig
 
 log = logging.getLogger("taskexecutor")
 
 
+def build_environment(resource_id: str, conf: Configuration, security: ClusterSecurity,
+                      tmp_dir: Path) -> TaskEnvironment:
+    """The data plane and Spark of this TaskExecutor; the Flight server starts serving."""
+    from taskexecutor.network.flight import DataClientPool, DataServer
+    from taskexecutor.network.partition import ResultPartitionManager
+    from taskexecutor.spark_bridge import SparkSessionProvider
+
+    manager = ResultPartitionManager()
+    server = DataServer(manager, security, conf.get(options.TASK_MANAGER_HOST),
+                        conf.get(options.TASK_MANAGER_DATA_PORT))
+    server.serve()
+    return TaskEnvironment(
+        resource_id=resource_id, data_address=server.address, partition_manager=manager,
+        clients=DataClientPool(security),
+        spark=SparkSessionProvider(conf.get(options.TASK_MANAGER_CPU_CORES),
+                                   conf.get(options.TASK_MANAGER_PROCESS_MEMORY),
+                                   conf.get(options.NUM_TASK_SLOTS), tmp_dir / "spark"),
+        tmp_dir=tmp_dir,
+        network=NetworkConfig(conf.get(options.SUBPARTITION_MAX_BUFFERED_BYTES),
+                              conf.get(options.PARTITION_REQUEST_TIMEOUT),
+                              conf.get(options.PIPELINE_BATCH_SIZE)),
+        data_server=server)
+
+
 async def serve(args: argparse.Namespace, conf: Configuration) -> None:
-    rpc = RpcService(ClusterSecurity.load(Path(args.security_dir)),
-                     host=conf.get(options.TASK_MANAGER_HOST),
+    security = ClusterSecurity.load(Path(args.security_dir))
+    rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),
                      port=conf.get(options.TASK_MANAGER_RPC_PORT),
                      max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
                      ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
     address = await rpc.start()
+    tmp_root = Path(conf.get(options.IO_TMP_DIRS) or tempfile.gettempdir())
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f"flinkyarn-{args.resource_id}-", dir=tmp_root))
+    environment = build_environment(args.resource_id, conf, security, tmp_dir)
     executor = TaskExecutor(rpc, args.resource_id, args.resource_manager,
-                            TaskExecutorConfig.from_configuration(conf))
+                            TaskExecutorConfig.from_configuration(conf), environment)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, executor.stop)
@@ -39,6 +69,8 @@ async def serve(args: argparse.Namespace, conf: Configuration) -> None:
         await executor.run()
     finally:
         await rpc.stop(grace=0.5)
+        environment.close()
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from taskexecutor.network.flight import DataClientPool
+    from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
     from taskexecutor.spark_bridge import SparkSessionProvider
 
@@ -30,3 +30,11 @@ class TaskEnvironment:
     spark: "SparkSessionProvider"
     tmp_dir: Path
     network: NetworkConfig
+    data_server: "DataServer | None" = None
+
+    def close(self) -> None:
+        """Stops Spark, the data server and the client pool."""
+        self.spark.stop()
+        if self.data_server is not None:
+            self.data_server.shutdown()
+        self.clients.close()

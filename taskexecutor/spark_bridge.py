@@ -1,0 +1,207 @@
+"""The PySpark bridge: one local SparkSession per TaskExecutor process, shared by its slots.
+
+Memory. A TaskExecutor's container holds two runtimes: this Python process and the JVM
+that PySpark starts for the session. `taskmanager.memory.process.size` is the size of
+the whole container, so it is split once, by `SparkMemoryBudget.of(process_bytes)`:
+
+    Spark JVM heap   (spark.driver.memory)  50 % of the process size, at least 512 MiB
+                                            (Spark refuses to start with a heap below
+                                            ~450 MiB)
+    Spark JVM other  (metaspace, code cache, 20 %, at least 192 MiB: not capped by flags,
+                      thread stacks, direct  since Spark's Arrow and Netty buffers do not
+                      and Arrow buffers)     honour -XX:MaxDirectMemorySize; an estimate
+    Python           the rest, at least 256 MiB: the interpreter, batches in flight,
+                     result partitions, Spark stages' collected inputs (which spill to
+                     disk) and Spark's Python workers for UDFs
+
+A process size too small to hold all three raises `ConfigurationError` naming the key.
+With the default of 1 gb: heap 512 MiB, JVM other 205 MiB, Python 307 MiB.
+
+Network. The session is `local[n]`: driver and executor live in the one JVM, which binds
+and advertises 127.0.0.1 only (SPARK_LOCAL_IP, spark.driver.host/bindAddress), has no UI,
+and keeps its warehouse on the local disk. Starting it resolves no host name and opens
+no connection beyond loopback. (Inside a YARN container Spark still sees
+HADOOP_CONF_DIR, so a script's `hdfs://` paths work; nothing is read at start.)
+
+Active session. `make_active(session)` makes the session both PySpark's default session
+(what `SparkSession.builder.getOrCreate()` returns from any thread) and the calling
+thread's active one; the provider calls it when it starts the session. Builder options
+a script passes to `getOrCreate()` are then applied to the shared session (runtime SQL
+settings only, as PySpark does for any existing session).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flinkyarn import options
+from flinkyarn.configuration import Configuration, ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+MIB = 1024 * 1024
+
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+logger.sparkenv.name = org.apache.spark.SparkEnv
+logger.sparkenv.level = error
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SparkMemoryBudget:
+    """How one TaskExecutor process's memory is shared between Python and the Spark JVM.
+    Invariant: jvm_heap + jvm_overhead + python == process."""
+
+    process: int
+    jvm_heap: int
+    jvm_overhead: int
+    python: int
+
+    HEAP_FRACTION = 0.5
+    MIN_HEAP = 512 * MIB
+    OVERHEAD_FRACTION = 0.2
+    MIN_OVERHEAD = 192 * MIB
+    MIN_PYTHON = 256 * MIB
+
+    @classmethod
+    def of(cls, process_bytes: int) -> SparkMemoryBudget:
+        heap = max(cls.MIN_HEAP, int(process_bytes * cls.HEAP_FRACTION) // MIB * MIB)
+        overhead = max(cls.MIN_OVERHEAD, int(process_bytes * cls.OVERHEAD_FRACTION))
+        python = process_bytes - heap - overhead
+        if python < cls.MIN_PYTHON:
+            need = (cls.MIN_HEAP + cls.MIN_OVERHEAD + cls.MIN_PYTHON) // MIB
+            raise ConfigurationError(
+                f"option {options.TASK_MANAGER_PROCESS_MEMORY.key!r} "
+                f"({process_bytes // MIB} MiB) is too small for a TaskExecutor with a "
+                f"Spark session: it must hold the Spark JVM and Python, at least {need} MiB")
+        return cls(process_bytes, heap, overhead, python)
+
+
+class SparkSessionProvider:
+    """Starts the TaskExecutor's SparkSession on the first `get()` and hands out the same
+    session until `stop()`.
+
+    Threading: `get()` may be called from any thread, also from several task threads at
+    once; exactly one session is started, the others wait for it. `stop()` may be called
+    from any thread; a later `get()` starts a new session.
+    """
+
+    def __init__(self, cores: float, memory_bytes: int, slots: int, tmp_dir: str | os.PathLike) -> None:
+        self.cores = max(1, int(cores))
+        self.slots = slots
+        self.memory = SparkMemoryBudget.of(memory_bytes)
+        self.tmp_dir = Path(tmp_dir)
+        self._lock = threading.Lock()
+        self._session: SparkSession | None = None
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration, tmp_dir: str | None = None) -> SparkSessionProvider:
+        """Sized by the TaskExecutor's options; scratch space under `tmp_dir`, else the first
+        folder of io.tmp.dirs, else the system temporary folder."""
+        if tmp_dir is None:
+            dirs = [d for d in conf.get(options.IO_TMP_DIRS).split(",") if d.strip()]
+            tmp_dir = dirs[0].strip() if dirs else tempfile.gettempdir()
+        return cls(cores=conf.get(options.TASK_MANAGER_CPU_CORES),
+                   memory_bytes=conf.get(options.TASK_MANAGER_PROCESS_MEMORY),
+                   slots=conf.get(options.NUM_TASK_SLOTS),
+                   tmp_dir=Path(tmp_dir) / f"flinkyarn-spark-{os.getpid()}")
+
+    def spark_conf(self) -> dict[str, str]:
+        """The settings the session starts with."""
+        local_dir = self.tmp_dir / "local"
+        java_options = (f"-Djava.io.tmpdir={local_dir} "
+                        f"-Dlog4j2.configurationFile=file:{self.tmp_dir / 'log4j2.properties'}")
+        conf = {
+            "spark.master": f"local[{self.cores}]",
+            "spark.app.name": "flinkyarn-taskexecutor",
+            "spark.driver.memory": f"{self.memory.jvm_heap // MIB}m",
+            "spark.driver.extraJavaOptions": java_options,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.local.dir": str(local_dir),
+            "spark.sql.warehouse.dir": (self.tmp_dir / "warehouse").as_uri(),
+            "spark.sql.catalogImplementation": "in-memory",
+            "spark.sql.shuffle.partitions": str(self.cores * 2),
+            "spark.default.parallelism": str(self.cores * 2),
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+            "spark.sql.session.timeZone": "UTC",
+        }
+        if self.slots > 1:
+            # Several slots' Spark stages run jobs at once; share the cores between them.
+            conf["spark.scheduler.mode"] = "FAIR"
+        return conf
+
+    def get(self) -> SparkSession:
+        """The session, started on the first call (~5-10 s)."""
+        session = self._session
+        if session is not None:
+            return session
+        with self._lock:
+            if self._session is None:
+                self._session = self._start()
+            return self._session
+
+    def started(self) -> bool:
+        return self._session is not None
+
+    def stop(self) -> None:
+        """Stops the session and its JVM's SparkContext, if started. Idempotent."""
+        with self._lock:
+            session, self._session = self._session, None
+        if session is not None:
+            from pyspark.sql import SparkSession
+            # A running PySparkScript replaces `SparkSession.stop` with a wrapper that
+            # ignores the script's stop(); this one is meant, so call the original.
+            stop = SparkSession.stop
+            getattr(stop, "__wrapped__", stop)(session)
+
+    def _start(self) -> SparkSession:
+        from pyspark.sql import SparkSession
+
+        (self.tmp_dir / "local").mkdir(parents=True, exist_ok=True)
+        (self.tmp_dir / "log4j2.properties").write_text(_LOG4J2)
+        # Read by the JVM when it starts: no host name lookup, loopback only.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("SPARK_LOCAL_HOSTNAME", "localhost")
+        # Spark's Python workers (UDFs) run this interpreter, with its virtualenv.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        builder = SparkSession.builder
+        for key, value in self.spark_conf().items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("WARN")
+        make_active(session)
+        return session
+
+
+def make_active(session: SparkSession) -> None:
+    """Makes `session` PySpark's default session in this process and the active one of the
+    calling thread, so that `SparkSession.builder.getOrCreate()`, `SparkSession.active()`
+    and `getActiveSession()` return it. Call from the thread that will use it."""
+    from pyspark.sql import SparkSession
+
+    jvm_class = SparkSession._get_j_spark_session_class(session._jvm)
+    jvm_class.setDefaultSession(session._jsparkSession)
+    jvm_class.setActiveSession(session._jsparkSession)
+    SparkSession._instantiatedSession = session
+    SparkSession._activeSession = session

@@ -1,0 +1,247 @@
+"""The StreamTask: runs one subtask of a pipeline vertex in its task thread.
+
+    inputs (InputGate over every consumed partition: local or remote channels)
+      -> chain of operators (head first; a source reads instead)
+      -> outputs (one ResultPartition per consumer vertex, written through its partitioner)
+
+Order of calls on the chain is the operator contract's (flinkyarn/pipeline/operator.py).
+End of partition, cancellation and failure are explicit: on success every produced
+partition is finished; on failure it is failed with the error (consumers see it); on
+cancellation gates are closed and partitions released, which wakes a thread blocked
+on backpressure or on an empty channel.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+
+from flinkyarn.gateways.task_executor import ConsumedPartition
+from flinkyarn.pipeline.operator import Operator, SourceOperator
+from flinkyarn.pipeline.task_spec import StreamTaskSpec
+from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
+from taskexecutor.network.input_gate import InputGate, LocalInputChannel, RemoteInputChannel
+from taskexecutor.network.partition import ResultPartition, ResultPartitionID
+from taskexecutor.network.partitioner import make_partitioner
+from taskexecutor.task import TaskCancelled, TaskContext
+
+log = logging.getLogger(__name__)
+
+
+class OperatorError(Exception):
+    """An operator raised; the message names it (and the task runs no further)."""
+
+
+class StreamOperatorContext:
+    """The OperatorContext of flinkyarn/pipeline/operator.py, for one subtask."""
+
+    def __init__(self, task: TaskContext, tmp_dir: str) -> None:
+        self._task = task
+        self.subtask_index = task.subtask_index
+        self.parallelism = task.parallelism
+        self.attempt_number = task.attempt_number
+        self.job_id = task.job_id
+        self.task_name = task.task_name
+        self.batch_size = task.environment.network.batch_size
+        self.tmp_dir = tmp_dir
+
+    def is_cancelled(self) -> bool:
+        return self._task.is_cancelled()
+
+    def spark(self):
+        return self._task.environment.spark.get()
+
+
+def _call(operator: Operator, what: str, *args) -> list[pa.RecordBatch]:
+    """Calls an operator method, naming the operator in any error it raises."""
+    try:
+        result = getattr(operator, what)(*args)
+        return [] if result is None else list(result)
+    except TaskCancelled:
+        raise
+    except Exception as error:
+        raise OperatorError(f"operator {operator.name!r}: {type(error).__name__}: {error}") from error
+
+
+def _read(source: SourceOperator) -> Iterable[pa.RecordBatch]:
+    """The source's batches one at a time (never all at once), naming it in errors."""
+    try:
+        iterator = iter(source.read())
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            yield batch
+    except TaskCancelled:
+        raise
+    except OperatorError:
+        raise
+    except Exception as error:
+        raise OperatorError(f"operator {source.name!r}: {type(error).__name__}: {error}") from error
+
+
+class StreamTask:
+    def __init__(self, spec: StreamTaskSpec, task: TaskContext) -> None:
+        if not spec.operators:
+            raise ValueError("a stream task needs at least one operator")
+        self.spec = spec
+        self.task = task
+        self.env = task.environment
+        self.operators = list(spec.operators)
+        self.partitions: list[ResultPartition] = []
+        self._routes = []  # (partition, partitioner) per output, in spec order
+        self.gate: InputGate | None = None
+        self._channel_input: list[int] = []  # channel index -> input index of the head
+
+    # -------------------------------------------------------------------- set-up
+
+    def _open_outputs(self, spill_dir: Path) -> None:
+        d = self.task.deployment
+        for output in self.spec.outputs:
+            produced = [p for p in d.produced_partitions
+                        if p.consumer_vertex_id == output.consumer_vertex_id]
+            if len(produced) != 1:
+                raise ValueError(f"{self.task.task_name}: no single produced partition for "
+                                 f"consumer {output.consumer_vertex_id}")
+            p = produced[0]
+            partition = ResultPartition(
+                ResultPartitionID(d.job_id, p.result_id, d.subtask_index),
+                p.partition_type.value, p.number_of_subpartitions, spill_dir,
+                self.env.network.max_buffered_bytes)
+            self.env.partition_manager.register(partition)
+            self.partitions.append(partition)
+            self._routes.append((partition, make_partitioner(
+                output.partitioner, p.number_of_subpartitions, output.key_columns,
+                d.subtask_index)))
+
+    def _open_inputs(self) -> None:
+        consumed = self.task.deployment.consumed_partitions
+        channels = []
+        for input_index, spec in enumerate(self.spec.inputs):
+            mine = [c for c in consumed if c.producer_vertex_id == spec.producer_vertex_id]
+            if not mine:
+                raise ValueError(f"{self.task.task_name}: nothing consumed from input {input_index}")
+            for partition in mine:
+                channels.append(self._channel(partition))
+                self._channel_input.append(input_index)
+        if channels:
+            self.gate = InputGate(channels)
+            self.task.on_cancel(self.gate.close)
+
+    def _channel(self, consumed: ConsumedPartition):
+        """A local channel when the producer runs in this TaskExecutor, else a remote one.
+        Waits (receiver-initiated) until the JobMaster knows where the producer runs."""
+        partition_id = ResultPartitionID(self.task.job_id, consumed.result_id,
+                                         consumed.producer_subtask_index)
+        timeout = self.env.network.partition_request_timeout
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            self.task.check_cancelled()
+            location = self.task.locate(consumed.result_id, consumed.producer_subtask_index)
+            if location.state == "ready":
+                break
+            if location.state == "failed":
+                raise PartitionFailed(f"{partition_id}: {location.error}")
+            if time.monotonic() > deadline:
+                raise PartitionNotFound(f"the producer of {partition_id} was not deployed "
+                                        f"within {timeout:g} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        if location.resource_id == self.env.resource_id:
+            return LocalInputChannel(self.env.partition_manager, partition_id,
+                                     consumed.subpartition_index, timeout)
+        address = location.data_address
+        return RemoteInputChannel(self.env.clients, lambda: address, partition_id,
+                                  consumed.subpartition_index, timeout)
+
+    # ------------------------------------------------------------------- running
+
+    def _emit(self, batches: Iterable[pa.RecordBatch]) -> None:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            for partition, partitioner in self._routes:
+                for subpartition, part in partitioner.route(batch):
+                    partition.emit(subpartition, part)
+
+    def _push(self, level: int, batches: Iterable[pa.RecordBatch]) -> None:
+        """Hands batches to operator `level` of the chain (past the end: the outputs)."""
+        if level == len(self.operators):
+            self._emit(batches)
+            return
+        operator = self.operators[level]
+        for batch in batches:
+            self._push(level + 1, _call(operator, "process", batch, 0))
+
+    def _finish_chain(self) -> None:
+        """Every input ended: each operator ends its input and flushes, head first."""
+        head = self.operators[0]
+        if not isinstance(head, SourceOperator):
+            for input_index in range(len(self.spec.inputs)):
+                self._push(1, _call(head, "end_input", input_index))
+        for level, operator in enumerate(self.operators):
+            if level > 0:
+                self._push(level + 1, _call(operator, "end_input", 0))
+            self._push(level + 1, _call(operator, "finish"))
+
+    def run(self) -> None:
+        tmp_root = self.env.tmp_dir
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f"task-{self.task.deployment.attempt_id[:8]}-",
+                                        dir=tmp_root))
+        context = StreamOperatorContext(self.task, str(tmp_dir / "scratch"))
+        Path(context.tmp_dir).mkdir()
+        opened: list[Operator] = []
+        try:
+            self._open_outputs(self.env.tmp_dir / "partitions")
+            for partition in self.partitions:
+                self.task.on_cancel(partition.release)
+            self._open_inputs()
+            for operator in self.operators:
+                _call(operator, "open", context)
+                opened.append(operator)
+            head = self.operators[0]
+            if isinstance(head, SourceOperator):
+                for batch in _read(head):
+                    self.task.check_cancelled()
+                    self._push(1, [batch])
+            elif self.gate is not None:
+                for channel_index, batch in self.gate:
+                    self.task.check_cancelled()
+                    self._push(1, _call(head, "process", batch, self._channel_input[channel_index]))
+            self.task.check_cancelled()
+            self._finish_chain()
+            for partition in self.partitions:
+                partition.finish()
+        except BaseException as error:
+            for partition in self.partitions:
+                if self.task.is_cancelled():
+                    partition.release()
+                else:
+                    partition.fail(f"{self.task.task_name} failed: {type(error).__name__}: {error}")
+            if self.task.is_cancelled() and not isinstance(error, TaskCancelled):
+                raise TaskCancelled() from error
+            raise
+        finally:
+            if self.gate is not None:
+                self.gate.close()
+            for operator in reversed(opened):
+                try:
+                    operator.close()
+                except Exception:
+                    log.exception("closing operator %s failed", operator.name)
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def run_stream_task(spec: StreamTaskSpec, task: TaskContext) -> None:
+    if task.environment is None:
+        raise RuntimeError("pipeline tasks need a TaskExecutor with a data plane")
+    StreamTask(spec, task).run()
