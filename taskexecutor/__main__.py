@@ -50,26 +50,28 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
 
 async def serve(args: argparse.Namespace, conf: Configuration) -> None:
     security = ClusterSecurity.load(Path(args.security_dir))
+    tmp_root = Path(conf.get(options.IO_TMP_DIRS) or tempfile.gettempdir())
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f"flinkyarn-{args.resource_id}-", dir=tmp_root))
     rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),
                      port=conf.get(options.TASK_MANAGER_RPC_PORT),
                      max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
                      ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
-    address = await rpc.start()
-    tmp_root = Path(conf.get(options.IO_TMP_DIRS) or tempfile.gettempdir())
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f"flinkyarn-{args.resource_id}-", dir=tmp_root))
-    environment = build_environment(args.resource_id, conf, security, tmp_dir)
-    executor = TaskExecutor(rpc, args.resource_id, args.resource_manager,
-                            TaskExecutorConfig.from_configuration(conf), environment)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, executor.stop)
-    log.info("TaskExecutor %s serving on %s, %d slots", args.resource_id, address,
-             executor.config.num_slots)
     try:
-        await executor.run()
+        address = await rpc.start()
+        environment = build_environment(args.resource_id, conf, security, tmp_dir)
+        try:
+            executor = TaskExecutor(rpc, args.resource_id, args.resource_manager,
+                                    TaskExecutorConfig.from_configuration(conf), environment)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, executor.stop)
+            log.info("TaskExecutor %s serving on %s (data %s), %d slots", args.resource_id,
+                     address, environment.data_address, executor.config.num_slots)
+            await executor.run()
+        finally:
+            environment.close()
     finally:
         await rpc.stop(grace=0.5)
-        environment.close()
         shutil.rmtree(tmp_dir, ignore_errors=True)
 
 

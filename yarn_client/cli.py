@@ -6,7 +6,6 @@ failed; 2 a usage error (unknown option, bad -D value, missing file).
 
 from __future__ import annotations
 
-import runpy
 import sys
 import traceback
 from pathlib import Path
@@ -14,12 +13,12 @@ from pathlib import Path
 import click
 
 import flinkyarn
-from flinkyarn import environment
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
 from flinkyarn.jobgraph import JobGraph
 from yarn_client.executors import ClusterExecutor
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
+from yarn_client.programs import GraphCapture, ProgramAborted, pyspark_job_graph, run_program
 from yarn_client.rest_client import RestError
 
 TARGETS = ("local",)
@@ -77,25 +76,32 @@ def _print_result(result: JobResult) -> None:
     click.echo(line)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+@cli.command(context_settings=PROGRAM_SETTINGS)
 @click.option("-t", "--target", type=click.Choice(TARGETS), default="local", show_default=True,
               help="Where to run: `local` starts an AppMaster and TaskExecutors as local processes.")
 @click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
               help="Override a configuration option (see conf/flinkyarn.yaml).")
+@click.option("--pyspark", is_flag=True,
+              help="PROGRAM is an unmodified PySpark script: run it as a job of one task "
+                   "with a TaskExecutor's SparkSession.")
 @click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(target: str, properties: tuple[str, ...], program: Path, args: tuple[str, ...]) -> None:
+def run(target: str, properties: tuple[str, ...], pyspark: bool, program: Path,
+        args: tuple[str, ...]) -> None:
     """Run PROGRAM (a Python file that builds and executes jobs) with ARGS."""
     if not program.is_file():
         raise click.BadParameter(f"no such file: {program}", param_hint="PROGRAM")
     conf = load_configuration(properties)
     executor = LocalTargetExecutor(conf)
-    environment.install(executor)
-    saved_argv = sys.argv
-    sys.argv = [str(program), *args]
     code = 0
     try:
-        runpy.run_path(str(program), run_name="__main__")
+        if pyspark:
+            executor.execute(pyspark_job_graph(program, args))
+        else:
+            run_program(program, args, executor)
     except KeyboardInterrupt:
         click.echo("interrupted: cancelling and stopping the cluster", err=True)
         executor.cancel_running()
@@ -109,8 +115,6 @@ def run(target: str, properties: tuple[str, ...], program: Path, args: tuple[str
         click.echo(f"error: the program {program} failed:\n{traceback.format_exc()}", err=True)
         code = 1
     finally:
-        sys.argv = saved_argv
-        environment.install(None)
         executor.stop()
     if code == 0:
         if not executor.results:
@@ -119,6 +123,30 @@ def run(target: str, properties: tuple[str, ...], program: Path, args: tuple[str
         elif any(not r.succeeded for r in executor.results):
             code = 1
     sys.exit(code)
+
+
+@cli.command(context_settings=PROGRAM_SETTINGS)
+@click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def info(program: Path, args: tuple[str, ...]) -> None:
+    """Print the JobGraph PROGRAM would submit: vertices with their chained operators,
+    parallelism and slot sharing group; edges with partitioner and exchange mode."""
+    from flinkyarn.pipeline.describe import describe_job_graph
+
+    if not program.is_file():
+        raise click.BadParameter(f"no such file: {program}", param_hint="PROGRAM")
+    capture = GraphCapture()
+    try:
+        run_program(program, args, capture)
+    except ProgramAborted:
+        pass
+    except Exception:
+        click.echo(f"error: the program {program} failed:\n{traceback.format_exc()}", err=True)
+        sys.exit(1)
+    if capture.graph is None:
+        click.echo(f"error: {program} executed no job", err=True)
+        sys.exit(1)
+    click.echo(describe_job_graph(capture.graph))
 
 
 def main() -> None:
