@@ -5,3 +5,12 @@ AppMaster in `yarn_am`, the TaskExecutor in `taskexecutor`), and what users impo
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # `from flinkyarn import Pipeline` without importing pyarrow for every process that
+    # only needs the core (the AppMaster, the CLI).
+    if name == "Pipeline":
+        from flinkyarn.pipeline.api import Pipeline
+        return Pipeline
+    raise AttributeError(f"module 'flinkyarn' has no attribute {name!r}")

@@ -41,3 +41,27 @@ def current_executor() -> JobExecutor:
     # Imported here: the core package does not depend on the client otherwise.
     from yarn_client.executors import StandaloneLocalExecutor
     return StandaloneLocalExecutor()
+
+
+_RUNTIME_PACKAGES = ("flinkyarn", "yarn_am", "yarn_client", "taskexecutor", "tests")
+
+
+def pickle_user_code(obj: object) -> bytes:
+    """cloudpickles `obj` so that a TaskExecutor can load it without the user's files:
+    besides the program itself (`__main__`, always by value), the modules the program
+    imported from its own folder travel by value too."""
+    import os
+    import sys
+
+    import cloudpickle
+
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file:
+        root = os.path.dirname(os.path.abspath(main_file)) + os.sep
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None)
+            if (path and os.path.abspath(path).startswith(root)
+                    and name.split(".")[0] not in _RUNTIME_PACKAGES
+                    and "site-packages" not in path and name != "__main__"):
+                cloudpickle.register_pickle_by_value(module)
+    return cloudpickle.dumps(obj)

@@ -22,8 +22,6 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
-import cloudpickle
-
 from flinkyarn import environment
 from flinkyarn.ids import JobID, JobVertexID, new_id
 from flinkyarn.jobgraph import (DEFAULT_SLOT_SHARING_GROUP, DistributionPattern, JobEdge,
@@ -54,7 +52,7 @@ class JobBuilder:
         # Stable: the same program gives the same ids.
         digest = hashlib.sha256(f"{self.name}\0{len(self._vertices)}\0{name}".encode()).hexdigest()
         vertex = JobVertex(JobVertexID(digest[:32]), name, parallelism,
-                           cloudpickle.dumps(function), slot_sharing_group, resources)
+                           environment.pickle_user_code(function), slot_sharing_group, resources)
         self._vertices.append(vertex)
         return VertexHandle(vertex.id, name)
 
