@@ -23,7 +23,8 @@ and keeps its warehouse on the local disk. Starting it resolves no host name and
 no connection beyond loopback. (Inside a YARN container Spark still sees
 HADOOP_CONF_DIR, so a script's `hdfs://` paths work; nothing is read at start.)
 
-Active session. `make_active(session)` makes the session both PySpark's default session
+Active session. `make_active(session)` (defined in flinkyarn.pipeline.spark_stage, so
+that PySparkScript needs nothing from this package) makes the session both PySpark's default session
 (what `SparkSession.builder.getOrCreate()` returns from any thread) and the calling
 thread's active one; the provider calls it when it starts the session. Builder options
 a script passes to `getOrCreate()` are then applied to the shared session (runtime SQL
@@ -42,6 +43,9 @@ from typing import TYPE_CHECKING
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
+from flinkyarn.pipeline.spark_stage import make_active
+
+__all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,6 +64,8 @@ logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
 logger.nativecode.level = error
 logger.sparkenv.name = org.apache.spark.SparkEnv
 logger.sparkenv.level = error
+logger.sparkconf.name = org.apache.spark.SparkConf
+logger.sparkconf.level = error
 """
 
 
@@ -105,7 +111,7 @@ class SparkSessionProvider:
     def __init__(self, cores: float, memory_bytes: int, slots: int, tmp_dir: str | os.PathLike) -> None:
         self.cores = max(1, int(cores))
         self.slots = slots
-        self.memory = SparkMemoryBudget.of(memory_bytes)
+        self.memory_bytes = memory_bytes
         self.tmp_dir = Path(tmp_dir)
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
@@ -122,8 +128,14 @@ class SparkSessionProvider:
                    slots=conf.get(options.NUM_TASK_SLOTS),
                    tmp_dir=Path(tmp_dir) / f"flinkyarn-spark-{os.getpid()}")
 
+    @property
+    def memory(self) -> SparkMemoryBudget:
+        """The split of the process memory; ConfigurationError if it is too small. Checked
+        when the session starts, so a TaskExecutor that never runs Spark is not refused."""
+        return SparkMemoryBudget.of(self.memory_bytes)
+
     def spark_conf(self) -> dict[str, str]:
-        """The settings the session starts with."""
+        """The settings the session starts with. Times are UTC in every container."""
         local_dir = self.tmp_dir / "local"
         java_options = (f"-Djava.io.tmpdir={local_dir} "
                         f"-Dlog4j2.configurationFile=file:{self.tmp_dir / 'log4j2.properties'}")
@@ -151,7 +163,8 @@ class SparkSessionProvider:
         return conf
 
     def get(self) -> SparkSession:
-        """The session, started on the first call (~5-10 s)."""
+        """The session, started on the first call (~5-10 s). The JVM is launched once per
+        process: after `stop()`, a new session runs in the same JVM, with its heap."""
         session = self._session
         if session is not None:
             return session
@@ -193,15 +206,3 @@ class SparkSessionProvider:
         make_active(session)
         return session
 
-
-def make_active(session: SparkSession) -> None:
-    """Makes `session` PySpark's default session in this process and the active one of the
-    calling thread, so that `SparkSession.builder.getOrCreate()`, `SparkSession.active()`
-    and `getActiveSession()` return it. Call from the thread that will use it."""
-    from pyspark.sql import SparkSession
-
-    jvm_class = SparkSession._get_j_spark_session_class(session._jvm)
-    jvm_class.setDefaultSession(session._jsparkSession)
-    jvm_class.setActiveSession(session._jsparkSession)
-    SparkSession._instantiatedSession = session
-    SparkSession._activeSession = session

@@ -1,0 +1,330 @@
+"""File sources and sinks: text, CSV and Parquet, on local disks and HDFS.
+
+Sources. A source's path is a file or a folder (read at any depth, leaving out names
+that start with `_` or `.`; see filesystems.list_files). The files are sorted and cut
+into splits, and split i is read by subtask i % parallelism. A CSV or Parquet file is
+one split. A text file is cut into byte ranges of `split_bytes` (64 MiB): the range
+[start, end) owns exactly the lines whose first byte lies in it, so no line is lost
+or read twice at a boundary (the rule of Hadoop's LineRecordReader). Files smaller than
+`split_bytes` are therefore one split each, and file i goes to subtask i % parallelism.
+`read()` yields batches of at most `context.batch_size` rows.
+
+Errors: a missing path raises FileNotFoundError naming it; a file that is not valid for
+the format raises FileFormatError naming the file; other errors get a note naming the file.
+
+Sinks. Subtask i writes everything it receives to `part-{i:05d}.<format>` in the sink's
+folder (created if missing). The data goes to a hidden in-progress file first, which
+`finish()` renames to the part file, so a reader never sees half a file and a retried
+attempt replaces the part file of an earlier one. A subtask that received no batch
+writes an empty file only if it knows the schema (the `schema` argument); `close()`
+after a failure removes the in-progress file. Sinks emit nothing.
+
+All methods are called from the task thread only (see flinkyarn.pipeline.operator).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from flinkyarn.connectors import filesystems
+from flinkyarn.pipeline.operator import Operator, OperatorContext, SourceOperator
+
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+_BLOCK_BYTES = 4 * 1024 * 1024
+_FORMAT_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+
+
+class FileFormatError(ValueError):
+    """A file is not valid for the format it is read as."""
+
+
+def cap_rows(batches: Iterable[pa.RecordBatch], most: int) -> Iterator[pa.RecordBatch]:
+    """The same rows, in batches of at most `most` rows (larger ones sliced, zero-copy)."""
+    for batch in batches:
+        if batch.num_rows <= most:
+            yield batch
+        else:
+            for offset in range(0, batch.num_rows, most):
+                yield batch.slice(offset, most)
+
+
+class FileSource(SourceOperator):
+    """Base of the file sources: lists, splits and assigns the files; subclasses read one split."""
+
+    format = "file"
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = filesystems.normalize(path)
+        self.name = f"Source: {self.format}({self.path})"
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        fs, root = filesystems.resolve(self.path)
+        splits = self.splits(fs, filesystems.list_files(fs, root))
+        mine = splits[self.context.subtask_index::self.context.parallelism]
+        for split in mine:
+            file = split[0]
+            try:
+                yield from cap_rows(self.read_split(fs, split), self.context.batch_size)
+            except _FORMAT_ERRORS as error:
+                raise FileFormatError(f"{file}: not a valid {self.format} file: {error}") from error
+            except Exception as error:
+                error.add_note(f"while reading {file}")
+                raise
+
+    def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[tuple]:
+        """The splits of the sorted `files`, in order; the first item of each is its file."""
+        return [(file,) for file in files]
+
+    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterable[pa.RecordBatch]:
+        raise NotImplementedError
+
+
+class TextSource(FileSource):
+    """Lines of UTF-8 text as one string column `line`, without their `\\n` (or `\\r\\n`)."""
+
+    format = "text"
+    schema = pa.schema([("line", pa.string())])
+
+    def __init__(self, path: str | os.PathLike, split_bytes: int = DEFAULT_SPLIT_BYTES) -> None:
+        super().__init__(path)
+        if split_bytes < 1:
+            raise ValueError("split_bytes must be positive")
+        self.split_bytes = split_bytes
+
+    def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[tuple]:
+        splits = []
+        for info in fs.get_file_info(files):
+            size = info.size or 0
+            for start in range(0, max(size, 1), self.split_bytes):
+                splits.append((info.path, start, min(start + self.split_bytes, size)))
+        return splits
+
+    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterator[pa.RecordBatch]:
+        file, start, end = split
+        with fs.open_input_file(file) as stream:
+            for lines in _lines_starting_in(stream, start, end):
+                array = pa.array(lines, type=pa.binary()).cast(pa.string())
+                if pc.any(pc.ends_with(array, "\r")).as_py():
+                    array = pc.replace_substring_regex(array, pattern="\r$", replacement="")
+                yield pa.record_batch([array], schema=self.schema)
+
+
+def _lines_starting_in(stream, start: int, end: int) -> Iterator[list[bytes]]:
+    """Lists of the lines (without '\\n') whose first byte is at a position in [start, end).
+    Reads the range in blocks, then past `end` only as far as the last line's newline."""
+    tail_bytes = min(_BLOCK_BYTES, 64 * 1024)
+    offset = start  # file position of buf[0], always the start of a line
+    buf = b""
+    if start > 0:
+        # The line running through position start-1 belongs to the previous split.
+        stream.seek(start - 1)
+        offset = start - 1
+        while True:
+            block = stream.read(tail_bytes)
+            if not block:
+                return
+            newline = block.find(b"\n")
+            if newline >= 0:
+                offset += newline + 1
+                buf = block[newline + 1:]
+                break
+            offset += len(block)
+    if offset >= end:
+        return
+    while True:
+        cut = buf.rfind(b"\n")
+        if cut >= 0:
+            if offset + cut + 1 >= end:
+                # The line after `cut` starts at or after `end`: take the lines starting
+                # before `end`, the last of which ends at the first newline from end-1 on.
+                last = buf.find(b"\n", end - offset - 1)
+                yield buf[:last].split(b"\n")
+                return
+            yield buf[:cut].split(b"\n")
+            offset += cut + 1
+            buf = buf[cut + 1:]
+        unread_in_range = end - offset - len(buf)
+        block = stream.read(min(unread_in_range, _BLOCK_BYTES) if unread_in_range > 0 else tail_bytes)
+        if not block:
+            break
+        buf += block
+    if buf:
+        yield [buf]
+
+
+_CSV_OPTION_CLASSES = (pacsv.ReadOptions, pacsv.ParseOptions, pacsv.ConvertOptions)
+_CSV_OPTION_NAMES = {cls: {name for name in dir(cls) if not name.startswith("_")
+                           and name not in ("equals", "validate")}
+                     for cls in _CSV_OPTION_CLASSES}
+
+
+class CsvSource(FileSource):
+    """CSV files through pyarrow.csv. `schema` fixes the columns (in its order) and their
+    types; `csv_options` are attributes of pyarrow.csv's ReadOptions, ParseOptions or
+    ConvertOptions (`delimiter=";"`, `skip_rows=1`, `null_values=["NA"]`, ...). Unless
+    told otherwise, an unquoted empty field is null also in a string column, and `""` is
+    the empty string: what CsvSink writes reads back unchanged. A file of zero bytes has
+    no rows."""
+
+    format = "csv"
+
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema | None = None, **csv_options) -> None:
+        super().__init__(path)
+        self.schema = schema
+        self.csv_options: dict[type, dict] = {cls: {} for cls in _CSV_OPTION_CLASSES}
+        for key, value in csv_options.items():
+            owner = next((cls for cls in _CSV_OPTION_CLASSES if key in _CSV_OPTION_NAMES[cls]), None)
+            if owner is None:
+                raise TypeError(f"CsvSource: unknown CSV option {key!r}")
+            self.csv_options[owner][key] = value
+        convert = self.csv_options[pacsv.ConvertOptions]
+        convert.setdefault("strings_can_be_null", True)
+        convert.setdefault("quoted_strings_can_be_null", False)
+        if schema is not None:
+            convert.setdefault("column_types", {field.name: field.type for field in schema})
+            convert.setdefault("include_columns", schema.names)
+
+    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterator[pa.RecordBatch]:
+        file = split[0]
+        if fs.get_file_info(file).size == 0:
+            return
+        read, parse, convert = (cls(**self.csv_options[cls]) for cls in _CSV_OPTION_CLASSES)
+        with fs.open_input_stream(file) as stream:
+            reader = pacsv.open_csv(stream, read_options=read, parse_options=parse,
+                                    convert_options=convert)
+            for batch in reader:
+                if self.schema is not None and not batch.schema.equals(self.schema):
+                    batch = batch.cast(self.schema)
+                yield batch
+
+
+class ParquetSource(FileSource):
+    """Parquet files; `columns` selects columns (all by default). A file without rows
+    yields one empty batch, so that its schema travels on."""
+
+    format = "parquet"
+
+    def __init__(self, path: str | os.PathLike, columns: list[str] | None = None) -> None:
+        super().__init__(path)
+        self.columns = list(columns) if columns is not None else None
+
+    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterator[pa.RecordBatch]:
+        with fs.open_input_file(split[0]) as stream:
+            parquet = pq.ParquetFile(stream)
+            if parquet.metadata.num_rows == 0:
+                schema = parquet.schema_arrow
+                if self.columns is not None:
+                    schema = pa.schema([schema.field(name) for name in self.columns])
+                yield pa.RecordBatch.from_pylist([], schema=schema)
+                return
+            yield from parquet.iter_batches(batch_size=self.context.batch_size, columns=self.columns)
+
+
+class FileSink(Operator):
+    """Base of the file sinks: the part file, its in-progress twin and the commit."""
+
+    format = "file"
+    suffix = ""
+
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema | None = None) -> None:
+        self.path = filesystems.normalize(path)
+        self.schema = schema
+        self.name = f"Sink: {self.format}({self.path})"
+        self._writer = None
+        self._pending = False
+
+    def open(self, context: OperatorContext) -> None:
+        super().open(context)
+        self._fs, folder = filesystems.resolve(self.path)
+        filesystems.ensure_folder(self._fs, folder)
+        part = f"part-{context.subtask_index:05d}{self.suffix}"
+        self.part_file = f"{folder.rstrip('/')}/{part}"
+        self._in_progress = (f"{folder.rstrip('/')}/.{part}.{context.attempt_number}-"
+                             f"{uuid.uuid4().hex[:8]}.inprogress")
+        self._writer = None
+        self._pending = False  # an in-progress file exists and was not renamed
+
+    def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
+        if self._writer is None:
+            if self.schema is None:
+                self.schema = batch.schema
+            self._start_file()
+        if not batch.schema.equals(self.schema):
+            try:
+                batch = batch.cast(self.schema)
+            except (*_FORMAT_ERRORS, ValueError) as error:
+                raise TypeError(f"{self.name}: a batch with schema {batch.schema} does not match "
+                                f"the file's schema {self.schema}: {error}") from error
+        self._writer.write_batch(batch)
+        return ()
+
+    def finish(self) -> Iterable[pa.RecordBatch]:
+        if self._writer is None and self.schema is not None:
+            self._start_file()
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
+            filesystems.replace(self._fs, self._in_progress, self.part_file)
+            self._pending = False
+        return ()
+
+    def close(self) -> None:
+        """After a failure or a cancellation: drops the in-progress file."""
+        writer, self._writer = self._writer, None
+        try:
+            if writer is not None:
+                writer.close()
+        finally:
+            if self._pending:
+                self._pending = False
+                if self._fs.get_file_info(self._in_progress).type != pafs.FileType.NotFound:
+                    self._fs.delete_file(self._in_progress)
+
+    def _start_file(self) -> None:
+        self._pending = True
+        self._writer = self.open_writer(self._fs, self._in_progress, self.schema)
+
+    def open_writer(self, fs: pafs.FileSystem, path: str, schema: pa.Schema):
+        """A writer with `write_batch(batch)` and `close()` (which closes the file)."""
+        raise NotImplementedError
+
+
+class ParquetSink(FileSink):
+    format = "parquet"
+    suffix = ".parquet"
+
+    def open_writer(self, fs, path, schema):
+        return pq.ParquetWriter(path, schema, filesystem=fs)
+
+
+class CsvSink(FileSink):
+    """CSV with a header line, as pyarrow.csv writes it."""
+
+    format = "csv"
+    suffix = ".csv"
+
+    def open_writer(self, fs, path, schema):
+        return _ClosingCsvWriter(fs.open_output_stream(path, compression=None), schema)
+
+
+class _ClosingCsvWriter:
+    def __init__(self, stream, schema: pa.Schema) -> None:
+        self._stream = stream
+        self._writer = pacsv.CSVWriter(stream, schema)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self._stream.close()

@@ -1,0 +1,91 @@
+"""Paths and URLs to pyarrow filesystems.
+
+    local paths, file:///path           pyarrow.fs.LocalFileSystem
+    hdfs://host:port/path, hdfs:///path  HDFS over WebHDFS (fsspec), wrapped for pyarrow
+
+For `hdfs://` the NameNode's web address comes from the Hadoop client configuration in
+$HADOOP_CONF_DIR (flinkyarn.hadoop): its port always, its host when the URL names none.
+WebHDFS needs no native library and no JVM; it talks HTTP to the NameNode and DataNodes.
+Any other scheme raises ValueError.
+
+Functions here are pure apart from the filesystem calls and safe to call from any thread.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from flinkyarn import hadoop
+
+
+def normalize(path: str | os.PathLike) -> str:
+    """`path` made independent of the current folder: a local path becomes absolute
+    (operators are made on the client and run elsewhere); a URL stays as it is."""
+    text = os.fspath(path)
+    if "://" in text:
+        return text
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def resolve(path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path within it) for a local path or a `file://` / `hdfs://` URL."""
+    text = os.fspath(path)
+    if "://" not in text:
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(text))
+    url = urlparse(text)
+    if url.scheme == "file":
+        return pafs.LocalFileSystem(), url.path or "/"
+    if url.scheme == "hdfs":
+        return hdfs_filesystem(url.hostname), hadoop.hdfs_path(text)
+    raise ValueError(f"unsupported filesystem {url.scheme!r} in {text!r}: "
+                     "use a local path, file:// or hdfs://")
+
+
+def hdfs_filesystem(host: str | None = None) -> pafs.FileSystem:
+    """HDFS over WebHDFS at `host` (default: the configured NameNode) and the configured
+    NameNode web port, as a pyarrow filesystem."""
+    from fsspec.implementations.webhdfs import WebHDFS
+    import getpass
+
+    web_host, web_port = hadoop.namenode_web_address()
+    webhdfs = WebHDFS(host=host or web_host, port=web_port, user=getpass.getuser())
+    return pafs.PyFileSystem(pafs.FSSpecHandler(webhdfs))
+
+
+def list_files(fs: pafs.FileSystem, path: str) -> list[str]:
+    """The data files at `path`: [path] for a file; for a folder, its files at any depth,
+    sorted, leaving out every name under it that starts with `_` or `.` (markers such as
+    _SUCCESS, hidden and in-progress files). FileNotFoundError naming `path` if absent."""
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"no such file or folder: {path}")
+    if info.type == pafs.FileType.File:
+        return [path]
+    root = path.rstrip("/")
+    found = []
+    for entry in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
+        if entry.type != pafs.FileType.File:
+            continue
+        relative = entry.path[len(root):].lstrip("/") if entry.path.startswith(root) else entry.base_name
+        if any(part.startswith(("_", ".")) for part in relative.split("/")):
+            continue
+        found.append(entry.path)
+    return sorted(found)
+
+
+def ensure_folder(fs: pafs.FileSystem, path: str) -> None:
+    """Creates the folder `path` and its parents if missing."""
+    fs.create_dir(path, recursive=True)
+
+
+def replace(fs: pafs.FileSystem, source: str, target: str) -> None:
+    """Renames `source` to `target`, replacing `target` if it exists. Atomic on local
+    filesystems; on HDFS a rename does not replace, so an existing target is deleted
+    first (a reader may briefly see neither)."""
+    if not isinstance(fs, pafs.LocalFileSystem) and \
+            fs.get_file_info(target).type != pafs.FileType.NotFound:
+        fs.delete_file(target)
+    fs.move(source, target)

@@ -1,0 +1,272 @@
+"""The PySpark bridge with a real local Spark: the TaskExecutor's shared session, Spark
+stages and unmodified PySpark scripts. One session serves the whole module (Spark takes
+~10 s to start)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from flinkyarn.configuration import ConfigurationError
+from flinkyarn.pipeline.pyspark_script import PySparkScript
+from flinkyarn.pipeline.spark_stage import SparkStage
+from taskexecutor.spark_bridge import MIB, SparkMemoryBudget, SparkSessionProvider
+
+
+@pytest.fixture(scope="module")
+def provider(tmp_path_factory):
+    provider = SparkSessionProvider(cores=2, memory_bytes=1024 * MIB, slots=2,
+                                    tmp_dir=tmp_path_factory.mktemp("spark"))
+    yield provider
+    provider.stop()
+
+
+@dataclass
+class Context:
+    provider: SparkSessionProvider
+    tmp_dir: str
+    batch_size: int = 1000
+    subtask_index: int = 0
+    parallelism: int = 1
+    attempt_number: int = 0
+    job_id: str = "job"
+    task_name: str = "spark task (1/1)"
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
+
+    def spark(self):
+        return self.provider.get()
+
+
+def run_stage(stage: SparkStage, context: Context, *inputs: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    stage.open(context)
+    try:
+        for index, batches in enumerate(inputs):
+            for batch in batches:
+                assert list(stage.process(batch, index)) == []
+            assert list(stage.end_input(index)) == []
+        return list(stage.finish())
+    finally:
+        stage.close()
+
+
+# --- the session ----------------------------------------------------------------------
+
+
+def test_concurrent_first_gets_start_exactly_one_session(provider):
+    if provider.started():
+        provider.stop()
+    starts = []
+    original_start = provider._start
+    provider._start = lambda: starts.append(1) or original_start()
+    barrier = threading.Barrier(4)
+    sessions = []
+
+    def get():
+        barrier.wait()
+        sessions.append(provider.get())
+
+    threads = [threading.Thread(target=get) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    del provider._start
+    assert len(starts) == 1
+    assert len(sessions) == 4 and all(session is sessions[0] for session in sessions)
+    from pyspark.sql import SparkSession
+    assert SparkSession.builder.getOrCreate() is sessions[0]
+
+
+def test_session_is_sized_to_the_task_executor(provider):
+    spark = provider.get()
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.master") == "local[2]"
+    assert conf.get("spark.driver.memory") == "512m"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+    assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert conf.get("spark.ui.enabled") == "false"
+    assert spark._jvm.java.lang.Runtime.getRuntime().maxMemory() <= 512 * MIB
+    assert spark.sparkContext.uiWebUrl is None
+
+
+def test_the_spark_jvm_listens_on_loopback_only(provider):
+    spark = provider.get()
+    pid = spark.sparkContext._gateway.proc.pid
+    inodes = {link.split("[")[1].rstrip("]") for link in
+              (str(fd.readlink()) for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.is_symlink())
+              if link.startswith("socket:[")}
+    listening = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            cols = row.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                listening.append(cols[1].split(":")[0])
+    assert listening
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+    assert set(listening) <= loopback, listening
+
+
+def test_memory_budget_covers_python_and_the_spark_jvm():
+    budget = SparkMemoryBudget.of(4096 * MIB)
+    assert (budget.jvm_heap, budget.python) == (2048 * MIB, 4096 * MIB - 2048 * MIB - budget.jvm_overhead)
+    assert budget.jvm_heap + budget.jvm_overhead + budget.python == budget.process
+    with pytest.raises(ConfigurationError, match="taskmanager.memory.process.size"):
+        SparkMemoryBudget.of(768 * MIB)
+
+
+# --- Spark stages -----------------------------------------------------------------------
+
+ORDERS = pa.table({"order_id": [1, 2, 3, 4, 5, 6],
+                   "user_id": [10, 11, 10, 12, 13, 11],
+                   "amount": [5.0, 7.5, 2.5, 1.0, 100.0, 2.5]})
+USERS = pa.table({"user_id": [10, 11, 12, 14], "country": ["nl", "de", "nl", "fr"]})
+
+
+def revenue_by_country(orders, users):
+    from pyspark.sql import functions as F
+    return (orders.join(users, "user_id")
+            .groupBy("country")
+            .agg(F.sum("amount").alias("revenue"), F.count("*").alias("orders"))
+            .orderBy("country"))
+
+
+def test_stage_joins_and_aggregates_two_inputs(provider, tmp_path):
+    stage = SparkStage(revenue_by_country, num_inputs=2, spill_bytes=100)  # orders spill
+    context = Context(provider, str(tmp_path), batch_size=1)
+    batches = run_stage(stage, context, ORDERS.to_batches(max_chunksize=2), USERS.to_batches())
+    assert [batch.num_rows for batch in batches] == [1, 1]
+    assert pa.Table.from_batches(batches).to_pylist() == [
+        {"country": "de", "revenue": 10.0, "orders": 2},
+        {"country": "nl", "revenue": 8.5, "orders": 3},
+    ]
+    assert list(tmp_path.iterdir()) == []  # the spill file is gone
+    assert stage.name == "spark(revenue_by_country)"
+
+
+def test_two_slots_run_spark_stages_at_once(provider, tmp_path):
+    results, errors = [], []
+
+    def slot(number: int) -> None:
+        try:
+            context = Context(provider, str(tmp_path / str(number)), subtask_index=number)
+            batches = run_stage(SparkStage(revenue_by_country, num_inputs=2), context,
+                                ORDERS.to_batches(), USERS.to_batches())
+            results.append(pa.Table.from_batches(batches).column("revenue").to_pylist())
+        except Exception as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=slot, args=(number,)) for number in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and results == [[10.0, 8.5], [10.0, 8.5]]
+
+
+def test_stage_over_empty_inputs(provider, tmp_path):
+    from pyspark.sql import functions as F
+    context = Context(provider, str(tmp_path))
+    [batch] = run_stage(SparkStage(revenue_by_country, num_inputs=2), context,
+                        [pa.RecordBatch.from_pylist([], schema=ORDERS.schema)], USERS.to_batches())
+    assert batch.num_rows == 0 and batch.schema.names == ["country", "revenue", "orders"]
+    # nothing arrived and no schema: a DataFrame without columns
+    [batch] = run_stage(SparkStage(lambda df: df.agg(F.count(F.lit(1)).alias("n"))), context, [])
+    assert batch.to_pylist() == [{"n": 0}]
+    # nothing arrived, schema declared
+    [batch] = run_stage(SparkStage(lambda df: df.select("amount"), schemas=[ORDERS.schema]), context, [])
+    assert batch.num_rows == 0 and batch.schema.names == ["amount"]
+
+
+def test_errors_of_the_function_and_of_spark_propagate(provider, tmp_path):
+    context = Context(provider, str(tmp_path))
+
+    def broken(df):
+        raise ValueError("no good")
+
+    with pytest.raises(ValueError, match="no good"):
+        run_stage(SparkStage(broken), context, ORDERS.to_batches())
+    with pytest.raises(Exception, match="no_such_column"):
+        run_stage(SparkStage(lambda df: df.select("no_such_column")), context, ORDERS.to_batches())
+    with pytest.raises(TypeError, match=r"spark\(counting\): the function must return a "
+                                        r"pyspark.sql.DataFrame, it returned int"):
+        run_stage(SparkStage(lambda df: df.count(), name="spark(counting)"), context, ORDERS.to_batches())
+
+
+def test_cancelling_the_task_cancels_its_spark_job(provider, tmp_path):
+    context = Context(provider, str(tmp_path))
+    endless = SparkStage(lambda df: df.sparkSession.range(0, 10**12, numPartitions=4)
+                         .selectExpr("sum(id % 7) AS s"))
+    threading.Timer(2.0, context.cancelled.set).start()
+    started = time.monotonic()
+    with pytest.raises(Exception, match="(?i)cancel"):
+        run_stage(endless, context, ORDERS.to_batches())
+    assert time.monotonic() - started < 30
+    assert provider.get().range(3).count() == 3  # the session is fine
+
+
+# --- PySpark scripts --------------------------------------------------------------------
+
+WORDCOUNT = '''\
+import sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.appName("wordcount").getOrCreate()
+lines = spark.read.text(sys.argv[1])
+counts = lines.selectExpr("explode(split(value, ' ')) AS word").groupBy("word").count()
+counts.write.mode("overwrite").parquet(sys.argv[2])
+print("wrote", counts.count(), "words")
+spark.stop()
+'''
+
+
+def run_script(script: PySparkScript, context: Context) -> list:
+    script.open(context)
+    try:
+        return list(script.read())
+    finally:
+        script.close()
+
+
+def test_unmodified_script_writes_its_output_and_cannot_stop_the_shared_session(
+        provider, tmp_path, caplog):
+    from pyspark.sql import SparkSession
+    (tmp_path / "in.txt").write_text("a b a\nc a\n")
+    (tmp_path / "wordcount.py").write_text(WORDCOUNT)
+    script = PySparkScript(tmp_path / "wordcount.py", [str(tmp_path / "in.txt"), str(tmp_path / "out")])
+    assert script.name == "Source: pyspark-script(wordcount.py)"
+    argv = list(sys.argv)
+    with caplog.at_level(logging.INFO, logger="flinkyarn.pyspark_script"):
+        assert run_script(script, Context(provider, str(tmp_path / "tmp"))) == []
+    counts = dict(zip(*pq.read_table(tmp_path / "out").to_pydict().values()))
+    assert counts == {"a": 3, "b": 1, "c": 1}
+    assert "spark task (1/1): wrote 3 words" in caplog.messages
+    spark = provider.get()
+    assert spark.range(5).count() == 5 and not spark.sparkContext._jsc.sc().isStopped()
+    assert not hasattr(SparkSession.stop, "__wrapped__") and sys.argv == argv
+
+
+def test_script_source_failures_and_exit_codes(provider, tmp_path):
+    context = Context(provider, str(tmp_path))
+    ok = PySparkScript("import sys\nfrom pyspark.sql import SparkSession\n"
+                       "with SparkSession.builder.getOrCreate() as spark:\n"
+                       "    assert spark.range(2).count() == 2\n"
+                       "assert sys.argv[1:] == ['x']\nsys.exit(0)\n", ["x"])
+    assert run_script(ok, context) == []
+    with pytest.raises(KeyError, match="broken"):
+        run_script(PySparkScript("raise KeyError('broken')\n", []), context)
+    with pytest.raises(RuntimeError, match="exited with status 3"):
+        run_script(PySparkScript("import sys\nsys.exit(3)\n", []), context)
+    with pytest.raises(FileNotFoundError, match="missing.py"):
+        run_script(PySparkScript(tmp_path / "missing.py", []), context)
+    assert provider.get().range(1).count() == 1

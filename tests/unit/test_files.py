@@ -1,0 +1,268 @@
+"""File sources and sinks on the local disk, driven the way a StreamTask drives them."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from flinkyarn.connectors import (
+    CsvSink,
+    CsvSource,
+    FileFormatError,
+    GeneratorSource,
+    ParquetSink,
+    ParquetSource,
+    TextSource,
+)
+from flinkyarn.connectors import filesystems
+
+
+@dataclass
+class FakeContext:
+    subtask_index: int = 0
+    parallelism: int = 1
+    attempt_number: int = 0
+    batch_size: int = 1000
+    tmp_dir: str = "/tmp"
+    job_id: str = "job"
+    task_name: str = "test task"
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def spark(self):
+        raise AssertionError("file connectors do not use Spark")
+
+
+def read_batches(source, subtask=0, parallelism=1, batch_size=1000) -> list[pa.RecordBatch]:
+    source.open(FakeContext(subtask, parallelism, batch_size=batch_size))
+    try:
+        return list(source.read())
+    finally:
+        source.close()
+
+
+def read_all(source, parallelism=1, batch_size=1000) -> list[pa.Table]:
+    """Each subtask's rows, as one table per subtask."""
+    tables = []
+    for subtask in range(parallelism):
+        batches = read_batches(source, subtask, parallelism, batch_size)
+        assert all(batch.num_rows <= batch_size for batch in batches)
+        tables.append(pa.Table.from_batches(batches) if batches else None)
+    return tables
+
+
+def write(sink, batches, subtask=0, attempt=0, finish=True):
+    sink.open(FakeContext(subtask, 3, attempt_number=attempt))
+    try:
+        for batch in batches:
+            assert list(sink.process(batch, 0)) == []
+        if finish:
+            assert list(sink.finish()) == []
+    finally:
+        sink.close()
+
+
+def lines_of(tables) -> list[str]:
+    return [line for table in tables if table is not None for line in table.column("line").to_pylist()]
+
+
+PEOPLE = pa.table({"id": pa.array([1, 2, 3, 4, 5], pa.int64()),
+                   "name": ["ann", "", None, "dé", "eve"],
+                   "score": [1.5, 2.0, 3.25, None, 5.0]})
+
+
+# --- text -------------------------------------------------------------------------------
+
+
+def test_text_source_reads_lines_without_their_newlines(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_bytes("first\n\nwindows\r\nünïcode\nno newline at the end".encode())
+    source = TextSource(path)
+    assert source.name == f"Source: text({path})"
+    [table] = read_all(source, batch_size=2)
+    assert table.schema == pa.schema([("line", pa.string())])
+    assert table.column("line").to_pylist() == [
+        "first", "", "windows", "ünïcode", "no newline at the end"]
+
+
+def test_text_file_cut_into_byte_ranges_loses_and_duplicates_no_line(tmp_path):
+    rng = random.Random(7)
+    words = ["", "a", "bb", "ccc", "a much longer line than the others", "x" * 40]
+    expected = []
+    for number in range(4):
+        lines = [rng.choice(words) + str(i) * rng.randint(0, 1) for i in range(rng.randint(0, 60))]
+        text = "\n".join(lines) + rng.choice(["", "\n"])
+        (tmp_path / f"f{number}.txt").write_text(text)
+        expected += lines
+    for split_bytes in (1, 2, 3, 5, 8, 13, 64, 1 << 20):
+        for parallelism in (1, 3):
+            tables = read_all(TextSource(tmp_path, split_bytes=split_bytes), parallelism)
+            assert Counter(lines_of(tables)) == Counter(expected), (split_bytes, parallelism)
+        # one subtask reads the splits in order, so it sees the files' lines in order
+        assert lines_of(read_all(TextSource(tmp_path, split_bytes=split_bytes))) == expected
+
+
+def test_text_lines_longer_than_a_read_block(tmp_path, monkeypatch):
+    from flinkyarn.connectors import files
+    monkeypatch.setattr(files, "_BLOCK_BYTES", 4)
+    lines = ["0123456789abcdef", "", "short", "another line of some length"]
+    (tmp_path / "long.txt").write_text("\n".join(lines) + "\n")
+    for split_bytes in (3, 10, 17, 1000):
+        tables = read_all(TextSource(tmp_path, split_bytes=split_bytes), parallelism=2)
+        assert Counter(lines_of(tables)) == Counter(lines), split_bytes
+
+
+# --- folders, splits, subtasks -----------------------------------------------------------
+
+
+def test_folder_files_go_round_robin_to_three_subtasks(tmp_path):
+    for i in range(7):
+        pq.write_table(pa.table({"file": [i] * (i + 1), "row": list(range(i + 1))}),
+                       tmp_path / f"data-{i}.parquet")
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / ".hidden.parquet").write_text("not parquet")
+    tables = read_all(ParquetSource(tmp_path), parallelism=3, batch_size=2)
+    for subtask, table in enumerate(tables):
+        assert set(table.column("file").to_pylist()) == {i for i in range(7) if i % 3 == subtask}
+    rows = Counter(row for t in tables for row in zip(t.column("file").to_pylist(), t.column("row").to_pylist()))
+    assert rows == Counter((i, r) for i in range(7) for r in range(i + 1))
+
+
+def test_nested_folders_are_read_in_sorted_order(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "_temporary").mkdir(parents=True)
+    (tmp_path / "b" / "1.txt").write_text("b1\n")
+    (tmp_path / "a" / "2.txt").write_text("a2\n")
+    (tmp_path / "a" / "_temporary" / "3.txt").write_text("skipped\n")
+    (tmp_path / "0.txt").write_text("top\n")
+    assert lines_of(read_all(TextSource(tmp_path))) == ["top", "a2", "b1"]
+    assert lines_of(read_all(TextSource(f"file://{tmp_path}"))) == ["top", "a2", "b1"]
+
+
+def test_a_subtask_without_files_reads_nothing(tmp_path):
+    (tmp_path / "only.txt").write_text("one\n")
+    assert read_all(TextSource(tmp_path), parallelism=3)[1:] == [None, None]
+
+
+# --- CSV and Parquet round trips ----------------------------------------------------------
+
+
+def test_parquet_round_trip_through_part_files(tmp_path):
+    out = tmp_path / "out"
+    sink = ParquetSink(out)
+    assert sink.name == f"Sink: parquet({out})"
+    write(sink, PEOPLE.slice(0, 3).to_batches(), subtask=0)
+    write(ParquetSink(out), PEOPLE.slice(3).to_batches(), subtask=2)
+    assert sorted(p.name for p in out.iterdir()) == ["part-00000.parquet", "part-00002.parquet"]
+    [table] = read_all(ParquetSource(out), batch_size=2)
+    assert table.equals(PEOPLE)
+    [names] = read_all(ParquetSource(out, columns=["name"]))
+    assert names.column_names == ["name"]
+
+
+def test_csv_round_trip_with_a_schema(tmp_path):
+    out = tmp_path / "csv"
+    write(CsvSink(out), PEOPLE.to_batches(max_chunksize=2), subtask=1)
+    assert (out / "part-00001.csv").read_text().splitlines()[0] == '"id","name","score"'
+    [table] = read_all(CsvSource(out, schema=PEOPLE.schema), batch_size=2)
+    assert table.equals(PEOPLE)
+
+
+def test_csv_options_reach_pyarrow(tmp_path):
+    (tmp_path / "x.csv").write_text("# comment\na;b\n1;NA\n2;x\n")
+    source = CsvSource(tmp_path / "x.csv", delimiter=";", skip_rows=1, null_values=["NA"])
+    [table] = read_all(source)
+    assert table.to_pydict() == {"a": [1, 2], "b": [None, "x"]}
+    with pytest.raises(TypeError, match="unknown CSV option 'delimeter'"):
+        CsvSource(tmp_path, delimeter=";")
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [TextSource, CsvSource, ParquetSource])
+def test_missing_path_raises_file_not_found_naming_it(tmp_path, make):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        read_all(make(missing))
+
+
+def test_a_file_that_is_not_parquet_is_named(tmp_path):
+    pq.write_table(PEOPLE, tmp_path / "a.parquet")
+    (tmp_path / "b.parquet").write_text("id,name\n1,x\n")
+    with pytest.raises(FileFormatError, match=f"{tmp_path / 'b.parquet'}: not a valid parquet file"):
+        read_all(ParquetSource(tmp_path))
+
+
+def test_a_file_that_is_not_csv_is_named(tmp_path):
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n3,4,5\n")
+    with pytest.raises(FileFormatError, match="bad.csv: not a valid csv file"):
+        read_all(CsvSource(tmp_path))
+
+
+def test_text_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    with pytest.raises(FileFormatError, match="latin1.txt: not a valid text file"):
+        read_all(TextSource(tmp_path))
+
+
+def test_unsupported_scheme():
+    with pytest.raises(ValueError, match="unsupported filesystem 's3'"):
+        filesystems.resolve("s3://bucket/key")
+
+
+# --- atomic part files --------------------------------------------------------------------
+
+
+def test_part_file_appears_only_when_finished(tmp_path):
+    sink = ParquetSink(tmp_path)
+    sink.open(FakeContext(subtask_index=4, attempt_number=0))
+    sink.process(PEOPLE.to_batches()[0], 0)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
+    assert read_all(ParquetSource(tmp_path)) == [None]  # in-progress files are hidden
+    sink.finish()
+    sink.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00004.parquet"]
+
+
+def test_a_retried_attempt_replaces_the_part_file_and_a_failed_one_leaves_nothing(tmp_path):
+    write(ParquetSink(tmp_path), PEOPLE.to_batches(), subtask=1, attempt=0)
+    write(ParquetSink(tmp_path), PEOPLE.slice(0, 1).to_batches(), subtask=1, attempt=1, finish=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00001.parquet"]
+    assert pq.read_table(tmp_path / "part-00001.parquet").equals(PEOPLE)
+    write(ParquetSink(tmp_path), PEOPLE.slice(0, 2).to_batches(), subtask=1, attempt=2)
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00001.parquet"]
+    assert pq.read_table(tmp_path / "part-00001.parquet").equals(PEOPLE.slice(0, 2))
+
+
+def test_empty_input_writes_an_empty_file_only_when_the_schema_is_known(tmp_path):
+    write(ParquetSink(tmp_path / "unknown"), [])
+    assert list((tmp_path / "unknown").iterdir()) == []
+    write(ParquetSink(tmp_path / "known", schema=PEOPLE.schema), [])
+    assert pq.read_table(tmp_path / "known" / "part-00000.parquet").schema == PEOPLE.schema
+    write(CsvSink(tmp_path / "csv"), [pa.RecordBatch.from_pylist([], schema=PEOPLE.schema)])
+    assert (tmp_path / "csv" / "part-00000.csv").read_text().strip() == '"id","name","score"'
+    [table] = read_all(ParquetSource(tmp_path / "known"))
+    assert table.num_rows == 0 and table.schema == PEOPLE.schema
+
+
+# --- generator ----------------------------------------------------------------------------
+
+
+def test_generator_source_gives_each_subtask_its_own_batches():
+    def numbers(subtask, parallelism):
+        yield pa.table({"n": list(range(subtask, 20, parallelism))})
+        yield pa.record_batch({"n": [100 + subtask]})
+
+    tables = read_all(GeneratorSource(numbers), parallelism=2, batch_size=3)
+    assert tables[0].column("n").to_pylist() == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 100]
+    assert tables[1].column("n").to_pylist() == [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 101]
+    assert GeneratorSource(numbers).name == "Source: generator(numbers)"
+    with pytest.raises(TypeError, match="yielded a list"):
+        read_all(GeneratorSource(lambda s, p: [[1, 2]]))
