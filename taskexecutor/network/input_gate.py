@@ -1,0 +1,310 @@
+"""InputGate and InputChannels: how a consumer task reads the subpartitions meant for it.
+
+A LocalInputChannel reads a partition of its own TaskExecutor straight from the
+ResultPartitionManager; a RemoteInputChannel asks the producer's TaskExecutor with a
+Flight DoGet. Both are receiver-initiated: nothing is sent before the consumer asks.
+The InputGate reads all its channels at once, one reader thread each, into a small
+bounded queue; reading them one after the other could deadlock, since a producer
+blocked on one consumer's full subpartition stops feeding the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import Callable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from taskexecutor.network.errors import PartitionNotFound, PartitionNotReady, PartitionReleased
+from taskexecutor.network.flight import DataClientPool
+from taskexecutor.network.partition import ResultPartitionID, ResultPartitionManager
+from taskexecutor.network.subpartition import END_OF_PARTITION, SubpartitionReader
+from taskexecutor.network.wire import CANCEL_ACTION, SubpartitionRequest, partition_error
+
+_POLL = 0.1             # how often a waiting local channel checks whether it was closed
+_BACKOFF = (0.02, 1.0)  # first and largest pause between requests for a missing partition
+
+
+class InputChannel(ABC):
+    """Reads subpartition `subpartition` of producer partition `partition_id`.
+
+    `read()` is called once, by the thread that consumes the channel: it requests the
+    subpartition, yields its batches and returns at end of partition. It raises
+    PartitionNotFound when the partition is not registered within `timeout` seconds
+    (once registered, it waits as long as the producer takes), PartitionFailed when the
+    producer failed or its TaskExecutor cannot be reached. `close()` may be called from
+    any thread, never blocks, and makes a waiting read() raise PartitionReleased soon.
+    """
+
+    def __init__(self, partition_id: ResultPartitionID, subpartition: int,
+                 timeout: float) -> None:
+        self.partition_id = partition_id
+        self.subpartition = subpartition
+        self.timeout = timeout
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def read(self) -> Iterator[pa.RecordBatch]:
+        ...
+
+    @abstractmethod
+    def close(self) -> None:
+        ...
+
+    def _check_open(self) -> None:
+        if self._closed.is_set():
+            raise PartitionReleased(f"the channel reading {self} was closed")
+
+    def __str__(self) -> str:
+        return f"subpartition {self.subpartition} of {self.partition_id}"
+
+
+class LocalInputChannel(InputChannel):
+    """A partition of this TaskExecutor, read in-process (no copy, no Flight)."""
+
+    def __init__(self, manager: ResultPartitionManager, partition_id: ResultPartitionID,
+                 subpartition: int, timeout: float) -> None:
+        super().__init__(partition_id, subpartition, timeout)
+        self._manager = manager
+        self._reader: SubpartitionReader | None = None
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        reader = self._request()
+        try:
+            while (event := reader.next_event()) is not END_OF_PARTITION:
+                yield event
+        except PartitionReleased:
+            self._check_open()
+            raise
+        finally:
+            reader.close()
+
+    def _request(self) -> SubpartitionReader:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self._check_open()
+            try:
+                partition = self._manager.get(
+                    self.partition_id, max(0.0, min(_POLL, deadline - time.monotonic())))
+                break
+            except PartitionNotFound:
+                if time.monotonic() >= deadline:
+                    raise PartitionNotFound(f"{self}: the partition was not registered at "
+                                            f"this TaskExecutor within {self.timeout:g} s") from None
+        while True:  # a blocking partition is readable once finished
+            with self._lock:
+                self._check_open()
+                try:
+                    self._reader = partition.create_reader(self.subpartition)
+                    return self._reader
+                except PartitionNotReady:
+                    pass
+            partition.wait_readable(self.subpartition, _POLL)
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            reader = self._reader
+        if reader is not None:
+            reader.close()
+
+
+class RemoteInputChannel(InputChannel):
+    """A partition of another TaskExecutor, read with a Flight DoGet through the shared
+    client pool. `locate()` returns the producer TaskExecutor's data address "host:port";
+    it is called before each request until the partition is found there (it may block;
+    close() does not interrupt it).
+    Requests are long polls of up to `poll_wait` seconds (see flight.py), so close()
+    takes effect within about that long while the partition is missing or has no data
+    yet, and at once during the stream; either way the server then closes its reader.
+    """
+
+    def __init__(self, pool: DataClientPool, locate: Callable[[], str],
+                 partition_id: ResultPartitionID, subpartition: int, timeout: float,
+                 *, poll_wait: float = 0.5) -> None:
+        super().__init__(partition_id, subpartition, timeout)
+        self._pool = pool
+        self._locate = locate
+        self._poll_wait = poll_wait
+        self._stream = None
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        stream, address = self._request()
+        ended = False
+        try:
+            while True:
+                try:
+                    chunk = stream.read_chunk()
+                except StopIteration:
+                    ended = True
+                    return
+                except pa.ArrowException as error:
+                    ended = True
+                    self._check_open()
+                    raise partition_error(error, str(self), address) from None
+                yield chunk.data
+        finally:
+            with self._lock:
+                self._stream = None
+            if not ended:  # the consumer stopped early: tell the producer's server
+                stream.cancel()
+
+    def _request(self):
+        deadline = time.monotonic() + self.timeout
+        delay, parked_at = _BACKOFF[0], None
+        while True:
+            if self._closed.is_set() and parked_at is not None:
+                self._cancel(parked_at)
+            self._check_open()
+            # The server keeps a parked reader only a few seconds: ask again at once.
+            address = parked_at or self._locate()
+            # Once registered, the partition may take as long as its producer needs.
+            wait = self._poll_wait if parked_at else max(
+                0.0, min(self._poll_wait, deadline - time.monotonic()))
+            request = SubpartitionRequest.of(self.partition_id, self.subpartition, wait)
+            try:
+                stream = self._pool.client(address).do_get(flight.Ticket(request.encode()))
+            except pa.ArrowException as failure:
+                error = partition_error(failure, str(self), address)
+                if isinstance(error, PartitionNotReady):  # the server keeps our reader
+                    parked_at = address
+                    continue
+                self._check_open()
+                if not isinstance(error, PartitionNotFound):
+                    raise error from None
+                if time.monotonic() >= deadline:
+                    raise PartitionNotFound(
+                        f"{self}: the partition was not registered at the TaskExecutor at "
+                        f"{address} within {self.timeout:g} s") from None
+                self._closed.wait(delay)
+                delay = min(delay * 2, _BACKOFF[1])
+                continue
+            with self._lock:
+                if self._closed.is_set():
+                    stream.cancel()
+                    self._check_open()
+                self._stream = stream
+            return stream, address
+
+    def _cancel(self, address: str) -> None:
+        """Tells the server to drop the reader it keeps for us (best effort: it drops
+        it anyway when we stop polling)."""
+        body = SubpartitionRequest.of(self.partition_id, self.subpartition).encode()
+        try:
+            list(self._pool.client(address).do_action(
+                flight.Action(CANCEL_ACTION, body), flight.FlightCallOptions(timeout=2)))
+        except (pa.ArrowException, RuntimeError):
+            pass
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.cancel()
+
+
+class InputGate:
+    """Every channel of one task's input. Iterating yields `(channel_index, batch)` from
+    all channels as their data arrives, and ends when every channel reached end of
+    partition; a failing channel's error (PartitionFailed, PartitionNotFound, ...) is
+    raised from the iteration and closes the gate.
+
+    Threading: the task thread iterates (once); one daemon reader thread per channel,
+    started by the first iteration, feeds a queue of at most `capacity` batches (default
+    two per channel), so a slow task holds back its channels, and they their producers.
+    `close()` may be called from any thread (the task's cancellation) and never blocks:
+    it closes the channels, which stops their threads soon; an iteration in progress
+    raises PartitionReleased.
+    """
+
+    def __init__(self, channels: Sequence[InputChannel], capacity: int | None = None) -> None:
+        self.channels = list(channels)
+        self._capacity = capacity or max(2, 2 * len(self.channels))
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[int, object]] = deque()
+        self._active = len(self.channels)
+        self._closed = False
+        self._started = False
+        self._threads: list[threading.Thread] = []
+
+    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch]]:
+        with self._cond:
+            if self._started:
+                raise RuntimeError("an input gate can be iterated only once")
+            self._started = True
+            for index, channel in enumerate(self.channels):
+                thread = threading.Thread(target=self._read, args=(index, channel), daemon=True,
+                                          name=f"input channel {index}: {channel}")
+                self._threads.append(thread)
+                thread.start()
+        return self._events()
+
+    def _events(self) -> Iterator[tuple[int, pa.RecordBatch]]:
+        while True:
+            with self._cond:
+                while not self._queue and self._active and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    raise PartitionReleased("the input gate was closed while being read")
+                if not self._queue:
+                    return
+                index, event = self._queue.popleft()
+                if event is END_OF_PARTITION:
+                    self._active -= 1
+                self._cond.notify_all()
+            if isinstance(event, BaseException):
+                self.close()
+                raise event
+            if event is not END_OF_PARTITION:
+                yield index, event
+
+    def _read(self, index: int, channel: InputChannel) -> None:
+        """A channel's reader thread."""
+        try:
+            for batch in channel.read():
+                with self._cond:
+                    while len(self._queue) >= self._capacity and not self._closed:
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    self._queue.append((index, batch))
+                    self._cond.notify_all()
+            self._put_final(index, END_OF_PARTITION)
+        except BaseException as error:  # handed to the task thread, which raises it
+            self._put_final(index, error)
+
+    def _put_final(self, index: int, event: object) -> None:
+        with self._cond:
+            if not self._closed:
+                self._queue.append((index, event))  # past capacity: it carries no data
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stops reading: queued batches are dropped, channels closed. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+        for channel in self.channels:
+            channel.close()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Waits up to `timeout` s for the reader threads to end; True if they did."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def __enter__(self) -> "InputGate":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,372 @@
+"""Data exchange over Arrow Flight between TaskExecutors: real servers with the cluster's
+TLS on loopback, producers in this process or in another one."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from flinkyarn.rpc.security import TLS_NAME, ClusterSecurity
+from taskexecutor.network import (DataClientPool, DataServer, InputGate, PartitionFailed,
+                                  PartitionNotFound, PartitionReleased, RemoteInputChannel,
+                                  ResultPartition, ResultPartitionID, ResultPartitionManager,
+                                  make_partitioner)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_batch(i: int, rows: int = 500) -> pa.RecordBatch:
+    """Batch i of a known sequence; the producer process has this very function."""
+    values = range(i * rows, (i + 1) * rows)
+    return pa.record_batch({"i": pa.array(values, pa.int64()),
+                            "s": pa.array([f"row-{v}" for v in values])})
+
+
+def expected(first: int, count: int) -> pa.Table:
+    return pa.Table.from_batches([make_batch(i) for i in range(first, first + count)])
+
+
+PRODUCER_LOOP = """
+import json, sys
+from pathlib import Path
+import pyarrow as pa
+from flinkyarn.rpc.security import ClusterSecurity
+from taskexecutor.network import (DataServer, ResultPartition, ResultPartitionID,
+                                  ResultPartitionManager)
+
+manager = ResultPartitionManager()
+server = DataServer(manager, ClusterSecurity.load(Path(sys.argv[1])), "127.0.0.1")
+server.serve()
+print(json.dumps({"address": server.address}), flush=True)
+partitions = {}
+for line in sys.stdin:
+    command = json.loads(line)
+    op, result = command["op"], command.get("result")
+    try:
+        if op == "register":
+            partitions[result] = ResultPartition(
+                ResultPartitionID("job", result, 0), command["type"], command["subpartitions"],
+                Path(sys.argv[2]), command.get("bound", 1 << 20))
+            manager.register(partitions[result])
+        elif op == "emit":
+            for i in range(command["first"], command["first"] + command["count"]):
+                partitions[result].emit(command["subpartition"], make_batch(i))
+        elif op == "finish":
+            partitions[result].finish()
+        elif op == "fail":
+            partitions[result].fail(command["message"])
+        reply = {"ok": True}
+    except Exception as error:
+        reply = {"error": f"{type(error).__name__}: {error}"}
+    print(json.dumps(reply), flush=True)
+server.shutdown()
+"""
+
+
+class ProducerProcess:
+    """A separate Python process with a ResultPartitionManager and a DataServer, driven
+    by JSON commands on its stdin."""
+
+    def __init__(self, security: ClusterSecurity, spill_dir: Path) -> None:
+        script = "import pyarrow as pa\n" + inspect.getsource(make_batch) + PRODUCER_LOOP
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", script, str(security.directory), str(spill_dir)],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.address = json.loads(self.process.stdout.readline())["address"]
+
+    def send(self, op: str, **arguments) -> None:
+        self.process.stdin.write(json.dumps({"op": op, **arguments}) + "\n")
+        self.process.stdin.flush()
+        reply = json.loads(self.process.stdout.readline())
+        assert reply.get("ok"), reply
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def security(tmp_path) -> ClusterSecurity:
+    return ClusterSecurity.generate(tmp_path / "security")
+
+
+@pytest.fixture
+def producer_process(security, tmp_path):
+    producer = ProducerProcess(security, tmp_path / "producer-spill")
+    yield producer
+    producer.stop()
+
+
+@pytest.fixture
+def manager() -> ResultPartitionManager:
+    return ResultPartitionManager()
+
+
+@pytest.fixture
+def server(manager, security):
+    with DataServer(manager, security, "127.0.0.1") as server:
+        yield server
+
+
+@pytest.fixture
+def pool(security):
+    pool = DataClientPool(security)
+    yield pool
+    pool.close()
+
+
+def pid(result: str = "result") -> ResultPartitionID:
+    return ResultPartitionID("job", result, 0)
+
+
+def remote(pool, address: str, subpartition: int = 0, result: str = "result",
+           timeout: float = 10.0) -> RemoteInputChannel:
+    return RemoteInputChannel(pool, lambda: address, pid(result), subpartition, timeout)
+
+
+def read_table(channel: RemoteInputChannel) -> pa.Table:
+    batches = list(channel.read())
+    return pa.Table.from_batches(batches) if batches else pa.table({})
+
+
+def test_a_consumer_reads_exactly_what_a_producer_in_another_process_emitted(
+        producer_process, pool):
+    producer_process.send("register", result="result", type="pipelined", subpartitions=2)
+    producer_process.send("emit", result="result", subpartition=0, first=0, count=10)
+    producer_process.send("emit", result="result", subpartition=1, first=10, count=5)
+    producer_process.send("finish", result="result")
+    gate = InputGate([remote(pool, producer_process.address, sub) for sub in (0, 1)])
+    events = list(gate)
+    for sub, (first, count) in enumerate([(0, 10), (10, 5)]):
+        got = pa.Table.from_batches([batch for index, batch in events if index == sub])
+        assert got.equals(expected(first, count))
+
+
+def test_a_blocking_partition_in_another_process_can_be_read_twice(producer_process, pool):
+    producer_process.send("register", result="kept", type="blocking", subpartitions=2)
+    producer_process.send("emit", result="kept", subpartition=1, first=0, count=4)
+    producer_process.send("finish", result="kept")
+    for _ in range(2):
+        assert read_table(remote(pool, producer_process.address, 1, "kept")).equals(expected(0, 4))
+    assert read_table(remote(pool, producer_process.address, 0, "kept")).num_rows == 0
+
+
+def test_a_consumer_that_asks_before_the_partition_exists_gets_it_once_it_appears(
+        producer_process, pool):
+    gate = InputGate([remote(pool, producer_process.address)])
+    events: list = []
+    reader = threading.Thread(target=lambda: events.extend(gate))
+    reader.start()
+    time.sleep(1.0)  # the consumer asks, and asks again
+    producer_process.send("register", result="result", type="pipelined", subpartitions=1)
+    time.sleep(0.7)  # registered, no data yet
+    producer_process.send("emit", result="result", subpartition=0, first=0, count=3)
+    producer_process.send("finish", result="result")
+    reader.join(20)
+    assert not reader.is_alive()
+    assert pa.Table.from_batches([batch for _, batch in events]).equals(expected(0, 3))
+
+
+@pytest.mark.parametrize("partition_type", ["pipelined", "blocking"])
+def test_hash_partitioned_rows_arrive_exactly(manager, server, pool, tmp_path, partition_type):
+    """Hash routing emits slices of one reordered batch; each travels as just its rows."""
+    rows = pa.record_batch({"key": [f"key-{i % 13}" for i in range(5000)], "v": list(range(5000))})
+    routed = make_partitioner("hash", 3, ("key",)).route(rows)
+    partition = ResultPartition(pid(), partition_type, 3, tmp_path, 1 << 20)
+    manager.register(partition)
+    for sub, part in routed:
+        partition.emit(sub, part)
+    partition.finish()
+    for sub, part in routed:
+        assert read_table(remote(pool, server.address, sub)).equals(pa.Table.from_batches([part]))
+
+
+def test_a_failed_partition_surfaces_its_failure_message_at_the_consumer(producer_process, pool):
+    producer_process.send("register", result="result", type="pipelined", subpartitions=1)
+    producer_process.send("emit", result="result", subpartition=0, first=0, count=2)
+    producer_process.send("fail", result="result", message="map (1/1) failed: ValueError: bad row 7")
+    with pytest.raises(PartitionFailed, match=r"result#0 of job job failed: .*bad row 7"):
+        list(InputGate([remote(pool, producer_process.address)]))
+
+
+def test_a_failure_in_the_middle_of_a_stream_ends_it_with_the_message(manager, server, pool, tmp_path):
+    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, 1 << 20)
+    manager.register(partition)
+    partition.emit(0, make_batch(0))
+    batches = remote(pool, server.address).read()
+    assert next(batches).equals(make_batch(0))
+    partition.fail("reduce (1/1) failed: OSError: disk full")
+    with pytest.raises(PartitionFailed, match="disk full"):
+        next(batches)
+
+
+def test_a_client_without_the_cluster_certificate_is_refused(manager, server, pool, security,
+                                                           tmp_path):
+    partition = ResultPartition(pid(), "blocking", 1, tmp_path, 1)
+    manager.register(partition)
+    partition.emit(0, make_batch(0))
+    partition.finish()
+    stranger = ClusterSecurity.generate(tmp_path / "another-cluster")
+    location = f"grpc+tls://{server.address}"
+    intruders = {
+        "another cluster's files": dict(tls_root_certs=stranger.ca, cert_chain=stranger.cert,
+                                        private_key=stranger.key),
+        "another cluster's certificate": dict(tls_root_certs=security.ca,
+                                              cert_chain=stranger.cert, private_key=stranger.key),
+        "no certificate": dict(tls_root_certs=security.ca),
+    }
+    ticket = flight.Ticket(b'{"job_id":"job","result_id":"result","partition_number":0,'
+                           b'"subpartition":0}')
+    for name, credentials in intruders.items():
+        client = flight.FlightClient(location, override_hostname=TLS_NAME, **credentials)
+        with pytest.raises(flight.FlightUnavailableError):
+            client.do_get(ticket).read_all()
+        client.close()
+    stranger_pool = DataClientPool(stranger)
+    with pytest.raises(PartitionFailed, match="unreachable"):
+        list(remote(stranger_pool, server.address).read())
+    stranger_pool.close()
+    # With the cluster's files the same request is served.
+    assert read_table(remote(pool, server.address)).equals(expected(0, 1))
+
+
+def test_backpressure_across_flight_keeps_the_producers_buffer_bounded(manager, server, pool, tmp_path):
+    bound = 256 * 1024
+    big = pa.record_batch({"x": pa.array(range(8192), pa.int64())})  # 64 KiB
+    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, bound)
+    manager.register(partition)
+    emitted, consumed, max_buffered = [0], [0], [0]
+    done = threading.Event()
+
+    def produce():
+        for _ in range(300):
+            partition.emit(0, big)
+            emitted[0] += 1
+        partition.finish()
+
+    def watch():
+        while not done.is_set():
+            max_buffered[0] = max(max_buffered[0], partition.buffered_bytes(0))
+            time.sleep(0.001)
+
+    threading.Thread(target=produce, daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()
+    ahead = []
+    for batch in remote(pool, server.address).read():
+        consumed[0] += 1
+        ahead.append(emitted[0] - consumed[0])
+        time.sleep(0.01 if consumed[0] < 60 else 0)
+    done.set()
+    assert consumed[0] == emitted[0] == 300
+    assert max_buffered[0] <= bound + big.nbytes
+    # The slow consumer held the producer back: it ran ahead by no more than its bound,
+    # the stream's 1 MiB receive window and a few batches in transit (20 + a few
+    # batches), although it could have emitted everything at once.
+    assert max(ahead[:60]) < 60
+
+
+def test_a_partition_that_never_appears_fails_after_the_timeout(server, pool):
+    started = time.monotonic()
+    with pytest.raises(PartitionNotFound, match=rf"result#0 of job job.*{server.address}.*1 s"):
+        list(remote(pool, server.address, timeout=1.0).read())
+    assert 1.0 <= time.monotonic() - started < 4
+
+
+def test_an_unreachable_task_executor_fails_the_channel_at_once(pool):
+    started = time.monotonic()
+    with pytest.raises(PartitionFailed, match=r"result#0 of job job.*127.0.0.1:1 is unreachable"):
+        list(remote(pool, "127.0.0.1:1").read())
+    assert time.monotonic() - started < 5
+
+
+def test_a_malformed_ticket_gets_a_clear_error(server, pool):
+    with pytest.raises(flight.FlightServerError, match="malformed data-plane ticket"):
+        pool.client(server.address).do_get(flight.Ticket(b"not json")).read_all()
+
+
+def test_closing_a_gate_cancels_remote_reads_and_frees_the_producer(manager, server, pool, tmp_path):
+    waiting = ResultPartition(pid("waiting"), "pipelined", 1, tmp_path, 1024)
+    streaming = ResultPartition(pid("streaming"), "pipelined", 1, tmp_path, 1024)
+    for partition in (waiting, streaming):
+        manager.register(partition)
+    streaming.emit(0, make_batch(0))
+    gate = InputGate([remote(pool, server.address, result=r) for r in ("waiting", "streaming")])
+    outcome = []
+
+    def consume():
+        try:
+            for _ in gate:
+                pass
+        except PartitionReleased as error:
+            outcome.append(error)
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(1.0)  # one channel polls an empty partition, one streams
+    started = time.monotonic()
+    gate.close()
+    consumer.join(3)
+    assert outcome and time.monotonic() - started < 1
+    assert gate.join(3)
+    # The server let go of both subpartitions at once (long before its 5 s park
+    # timeout): emitting no longer waits for anyone.
+    deadline = time.monotonic() + 2
+    for partition in (waiting, streaming):
+        for i in range(10):
+            emitter = threading.Thread(target=partition.emit, args=(0, make_batch(i)), daemon=True)
+            emitter.start()
+            emitter.join(max(0.0, deadline - time.monotonic()))
+            assert not emitter.is_alive(), f"{partition} still holds its producer back"
+        assert partition.buffered_bytes() == 0
+
+
+def test_a_consumer_that_stops_polling_lets_go_of_its_subpartition(manager, security, pool,
+                                                                  tmp_path):
+    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, 0)
+    manager.register(partition)
+    with DataServer(manager, security, "127.0.0.1", park_timeout=0.3) as server:
+        ticket = flight.Ticket(b'{"job_id":"job","result_id":"result","partition_number":0,'
+                               b'"subpartition":0,"wait":0.1}')
+        with pytest.raises(flight.FlightServerError, match="has no data yet"):
+            pool.client(server.address).do_get(ticket)  # the server now holds a reader
+        partition.emit(0, make_batch(0))
+        blocked = threading.Thread(target=partition.emit, args=(0, make_batch(1)), daemon=True)
+        blocked.start()
+        blocked.join(0.1)
+        assert blocked.is_alive()  # waits for the consumer to read
+        blocked.join(3)  # ... until the server gives up on the consumer
+        assert not blocked.is_alive() and partition.buffered_bytes() == 0
+
+
+def test_shutting_the_server_down_ends_its_streams(manager, security, pool, tmp_path):
+    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, 1 << 20)
+    manager.register(partition)
+    partition.emit(0, make_batch(0))
+    server = DataServer(manager, security, "127.0.0.1")
+    server.serve()
+    batches = remote(pool, server.address).read()
+    next(batches)
+    started = time.monotonic()
+    server.shutdown()
+    assert time.monotonic() - started < 2
+    with pytest.raises((PartitionReleased, PartitionFailed)):
+        next(batches)
+
+
+def test_one_client_per_task_executor_is_shared(pool, server):
+    assert pool.client(server.address) is pool.client(server.address)
+    pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.client(server.address)
