@@ -33,7 +33,8 @@ class TaskEnvironment:
     data_server: "DataServer | None" = None
 
     def close(self) -> None:
-        """Stops Spark, the data server and the client pool."""
+        """Stops Spark, the data server and the client pool; drops every partition."""
+        self.partition_manager.release_all()
         self.spark.stop()
         if self.data_server is not None:
             self.data_server.shutdown()

@@ -52,9 +52,8 @@ def pyspark_job_graph(script: Path, args: tuple[str, ...]) -> JobGraph:
     SparkSession. The script's text travels in the job graph."""
     from flinkyarn.pipeline.pyspark_script import PySparkScript
 
-    source = script.read_text()
-    operator = PySparkScript(source, list(args), name=f"PySpark: {script.name}")
-    uid = hashlib.sha256(f"pyspark\0{script.name}\0{source}".encode()).hexdigest()[:32]
+    operator = PySparkScript(script, list(args))
+    uid = hashlib.sha256(f"pyspark\0{script.name}\0{operator.source}".encode()).hexdigest()[:32]
     vertex = JobVertex(JobVertexID(uid), operator.name, 1,
                        cloudpickle.dumps(StreamTaskSpec((operator,))),
                        operators=[ChainedOperator(uid, operator.name)])
