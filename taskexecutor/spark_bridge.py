@@ -153,6 +153,8 @@ class SparkSessionProvider:
             "spark.sql.catalogImplementation": "in-memory",
             "spark.sql.shuffle.partitions": str(self.cores * 2),
             "spark.default.parallelism": str(self.cores * 2),
+            # Stage inputs are local Parquet files: split them so every core reads.
+            "spark.sql.files.maxPartitionBytes": "16m",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
             "spark.sql.session.timeZone": "UTC",

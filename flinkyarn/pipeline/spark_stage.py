@@ -7,11 +7,14 @@ The stage is blocking, like a sort or an aggregation: it holds back every batch 
 input, and only in `finish()` turns each input into a DataFrame of the TaskExecutor's
 SparkSession (`context.spark()`), calls the function, and emits the result.
 
-Holding inputs back. Each input keeps its batches in a list until they exceed
-`spill_bytes` (64 MiB by default); from then on that input goes to an Arrow IPC file in
-`context.tmp_dir`, which `finish()` memory-maps, so a large input costs page cache, not
-Python heap. PySpark then streams the table to the JVM through a file of its own
-(`spark.createDataFrame(pyarrow.Table)`: no Python row objects anywhere).
+Moving data between the task and Spark. Each input streams, batch by batch, into a
+Parquet file in `context.tmp_dir` as it arrives, so holding it back costs disk, not
+memory; `finish()` gives Spark `spark.read.parquet` of those files, which Spark splits
+and reads in parallel on its executor threads. The result goes back the same way: Spark
+writes it as Parquet and the stage streams it out with pyarrow, batch by batch. Neither
+direction passes through the Spark driver's heap or Python row objects (a
+`createDataFrame` of local data would ship the whole input through the driver as one
+task, and `toArrow()` would collect the whole result there).
 
 Schemas. An input's schema is the first batch's; later batches are cast to it (a batch
 that cannot be cast fails the stage, naming the input). An input that ended without any
@@ -32,19 +35,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import pathlib
+import shutil
 import threading
 import uuid
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from flinkyarn.pipeline.operator import Operator, OperatorContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-DEFAULT_SPILL_BYTES = 64 * 1024 * 1024
 
 
 class SparkStage(Operator):
@@ -57,8 +60,7 @@ class SparkStage(Operator):
     """
 
     def __init__(self, fn: Callable[..., "DataFrame"], num_inputs: int = 1, name: str | None = None,
-                 schemas: Sequence[pa.Schema | None] | None = None,
-                 spill_bytes: int = DEFAULT_SPILL_BYTES) -> None:
+                 schemas: Sequence[pa.Schema | None] | None = None) -> None:
         if num_inputs < 1:
             raise ValueError("a SparkStage needs at least one input")
         if schemas is not None and len(schemas) != num_inputs:
@@ -67,13 +69,11 @@ class SparkStage(Operator):
         self.num_inputs = num_inputs
         self.name = name or f"spark({getattr(fn, '__name__', type(fn).__name__)})"
         self.schemas = list(schemas) if schemas is not None else [None] * num_inputs
-        self.spill_bytes = spill_bytes
         self._inputs: list[_CollectedInput] = []
 
     def open(self, context: OperatorContext) -> None:
         super().open(context)
-        self._inputs = [_CollectedInput(f"{self.name} input {i}", context.tmp_dir,
-                                        self.spill_bytes, self.schemas[i])
+        self._inputs = [_CollectedInput(f"{self.name} input {i}", context.tmp_dir, self.schemas[i])
                         for i in range(self.num_inputs)]
 
     def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
@@ -84,37 +84,51 @@ class SparkStage(Operator):
         from pyspark.sql import DataFrame
 
         spark = self.context.spark()
+        result_dir = os.path.join(self.context.tmp_dir, f"spark-result-{uuid.uuid4().hex}")
         with spark_job_tag(spark, self.context, self.name):
-            frames = [spark.createDataFrame(collected.table()) for collected in self._inputs]
+            frames = [collected.dataframe(spark) for collected in self._inputs]
             result = self.fn(*frames)
             if not isinstance(result, DataFrame):
                 raise TypeError(f"{self.name}: the function must return a pyspark.sql.DataFrame, "
                                 f"it returned {type(result).__name__}")
-            table = result.toArrow()
+            # file:// explicitly: with a Hadoop configuration, a bare path means HDFS.
+            result.write.mode("overwrite").parquet(pathlib.Path(result_dir).as_uri())
         for collected in self._inputs:
             collected.close()
-        if table.num_rows == 0:
-            return [pa.RecordBatch.from_pylist([], schema=table.schema)]
-        return table.to_batches(max_chunksize=self.context.batch_size)
+        return _stream_result(result_dir, self.context.batch_size)
 
     def close(self) -> None:
         for collected in self._inputs:
             collected.close()
 
 
-class _CollectedInput:
-    """The batches of one input: a list, then, past `spill_bytes`, an Arrow IPC file."""
+def _stream_result(folder: str, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """The Parquet files Spark wrote, batch by batch; one empty batch carrying the schema
+    when there are no rows. The folder is removed once read."""
+    import pyarrow.dataset as ds
 
-    def __init__(self, what: str, tmp_dir: str, spill_bytes: int, schema: pa.Schema | None) -> None:
+    try:
+        dataset = ds.dataset(folder, format="parquet")
+        emitted = False
+        for batch in dataset.to_batches(batch_size=batch_size):
+            if batch.num_rows:
+                emitted = True
+                yield batch
+        if not emitted:
+            yield pa.RecordBatch.from_pylist([], schema=dataset.schema)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _CollectedInput:
+    """The batches of one input, streamed into a Parquet file as they arrive."""
+
+    def __init__(self, what: str, tmp_dir: str, schema: pa.Schema | None) -> None:
         self.what = what
         self.tmp_dir = tmp_dir
-        self.spill_bytes = spill_bytes
         self.schema = schema
-        self._batches: list[pa.RecordBatch] = []
-        self._bytes = 0
         self._path: str | None = None
-        self._writer: ipc.RecordBatchFileWriter | None = None
-        self._mapped: pa.MemoryMappedFile | None = None
+        self._writer: pq.ParquetWriter | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
         if self.schema is None:
@@ -125,42 +139,27 @@ class _CollectedInput:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as error:
                 raise TypeError(f"{self.what}: a batch with schema {batch.schema} does not "
                                 f"match the input's schema {self.schema}: {error}") from error
-        if self._writer is not None:
-            self._writer.write_batch(batch)
-            return
-        self._batches.append(batch)
-        self._bytes += batch.nbytes
-        if self._bytes > self.spill_bytes:
-            self._spill()
+        if self._writer is None:
+            os.makedirs(self.tmp_dir, exist_ok=True)
+            self._path = os.path.join(self.tmp_dir, f"spark-input-{uuid.uuid4().hex}.parquet")
+            self._writer = pq.ParquetWriter(self._path, self.schema)
+        self._writer.write_batch(batch)
 
-    def _spill(self) -> None:
-        os.makedirs(self.tmp_dir, exist_ok=True)
-        self._path = os.path.join(self.tmp_dir, f"spark-stage-{uuid.uuid4().hex}.arrow")
-        self._writer = ipc.new_file(self._path, self.schema)
-        for batch in self._batches:
-            self._writer.write_batch(batch)
-        self._batches = []
-
-    def table(self) -> pa.Table:
-        """Everything that arrived, as one table; an empty one if nothing did."""
+    def dataframe(self, spark: "SparkSession") -> "DataFrame":
+        """Everything that arrived, as a DataFrame read from the file (an empty one, with
+        the schema if known, when nothing arrived)."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-            self._mapped = pa.memory_map(self._path)
-            return ipc.open_file(self._mapped).read_all()
-        if self.schema is None:
-            return pa.table({})
-        return pa.Table.from_batches(self._batches, schema=self.schema)
+            return spark.read.parquet(pathlib.Path(self._path).as_uri())
+        return spark.createDataFrame(pa.table({}) if self.schema is None
+                                     else self.schema.empty_table())
 
     def close(self) -> None:
-        """Frees the batches and removes the spill file. Idempotent."""
-        self._batches = []
+        """Removes the file. Idempotent; the DataFrame read from it must be done with."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self._mapped is not None:
-            self._mapped.close()
-            self._mapped = None
         if self._path is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self._path)

@@ -91,8 +91,10 @@ def test_unmodified_pyspark_script_runs_as_a_job(tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     out = tmp_path / "first-words"
 
+    # file:// URIs: like spark-submit, a script's bare paths mean fs.defaultFS (HDFS when
+    # a Hadoop configuration is present, as in integration/run-tests).
     result = flinkyarn("run", "--pyspark", *FAST, "examples/pyspark_script.py",
-                       str(tmp_path / "in.txt"), str(out), tmp_path=tmp_path)
+                       (tmp_path / "in.txt").as_uri(), out.as_uri(), tmp_path=tmp_path)
 
     assert result.returncode == 0, result.stderr[-3000:]
     assert "FINISHED" in result.stdout

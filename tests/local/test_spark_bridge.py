@@ -142,7 +142,7 @@ def revenue_by_country(orders, users):
 
 
 def test_stage_joins_and_aggregates_two_inputs(provider, tmp_path):
-    stage = SparkStage(revenue_by_country, num_inputs=2, spill_bytes=100)  # orders spill
+    stage = SparkStage(revenue_by_country, num_inputs=2)
     context = Context(provider, str(tmp_path), batch_size=1)
     batches = run_stage(stage, context, ORDERS.to_batches(max_chunksize=2), USERS.to_batches())
     assert [batch.num_rows for batch in batches] == [1, 1]
@@ -243,7 +243,10 @@ def test_unmodified_script_writes_its_output_and_cannot_stop_the_shared_session(
     from pyspark.sql import SparkSession
     (tmp_path / "in.txt").write_text("a b a\nc a\n")
     (tmp_path / "wordcount.py").write_text(WORDCOUNT)
-    script = PySparkScript(tmp_path / "wordcount.py", [str(tmp_path / "in.txt"), str(tmp_path / "out")])
+    # file:// URIs: like spark-submit, a script's bare paths mean fs.defaultFS (HDFS when
+    # a Hadoop configuration is present, as in integration/run-tests).
+    script = PySparkScript(tmp_path / "wordcount.py",
+                           [(tmp_path / "in.txt").as_uri(), (tmp_path / "out").as_uri()])
     assert script.name == "Source: pyspark-script(wordcount.py)"
     argv = list(sys.argv)
     with caplog.at_level(logging.INFO, logger="flinkyarn.pyspark_script"):
