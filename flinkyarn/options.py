@@ -38,6 +38,10 @@ TASK_MANAGER_PROCESS_MEMORY = option(
     "taskmanager.memory.process.size", MEMORY_SIZE, "1 gb",
     "Memory of one TaskExecutor process, shared by its slots.")
 
+JOB_MANAGER_PROCESS_MEMORY = option(
+    "jobmanager.memory.process.size", MEMORY_SIZE, "768 mb",
+    "Memory of the AppMaster process (its YARN container).")
+
 # Heartbeats
 HEARTBEAT_INTERVAL = option(
     "heartbeat.interval", DURATION, "10 s",

@@ -48,8 +48,22 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
         data_server=server)
 
 
+def resource_manager_address(argument: str) -> str:
+    """host:port as given, or, for `skein-kv:KEY`, the address the AppMaster put under
+    KEY in its skein key-value store (in a YARN container)."""
+    if not argument.startswith("skein-kv:"):
+        return argument
+    import skein  # only where YARN is spoken
+
+    key = argument.split(":", 1)[1]
+    app = skein.ApplicationClient.from_current()
+    value = app.kv.wait(key)
+    return value.decode() if isinstance(value, bytes) else value
+
+
 async def serve(args: argparse.Namespace, conf: Configuration) -> None:
     security = ClusterSecurity.load(Path(args.security_dir))
+    args.resource_manager = await asyncio.to_thread(resource_manager_address, args.resource_manager)
     tmp_root = Path(conf.get(options.IO_TMP_DIRS) or tempfile.gettempdir())
     tmp_dir = Path(tempfile.mkdtemp(prefix=f"flinkyarn-{args.resource_id}-", dir=tmp_root))
     rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),

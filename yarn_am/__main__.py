@@ -11,7 +11,7 @@ from pathlib import Path
 
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
-from yarn_am.appmaster import run_appmaster
+from yarn_am.appmaster import AppMaster
 from yarn_am.resourcemanager.local_driver import LocalProcessDriver
 
 
@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", error)
         return 2
     driver = LocalProcessDriver(args.security_dir, args.work_dir / "logs", properties)
-    asyncio.run(run_appmaster(conf, ClusterSecurity.load(args.security_dir), driver,
-                              args.info_file))
+    appmaster = AppMaster(conf, ClusterSecurity.load(args.security_dir), driver, "flinkyarn (local)")
+    asyncio.run(appmaster.serve(info_file=args.info_file))
     return 0
 
 

@@ -1,9 +1,10 @@
-"""The AppMaster process: one RpcService hosting the ResourceManager, the Dispatcher
-and the JobMasters it starts, plus the REST API, all on one asyncio loop.
+"""The AppMaster: one RpcService hosting the ResourceManager, the Dispatcher and the
+JobMasters it starts, plus the REST API (clients, mutual TLS) and the dashboard (read
+only, plain HTTP, for the YARN web proxy), all on one asyncio loop.
 
-Once serving, it writes its addresses (`ClusterInfo`, JSON) to the info file the
-client waits for. It stops on SIGTERM/SIGINT or a REST shutdown: running jobs'
-JobMasters stop, the driver stops every TaskExecutor it started, then the servers.
+`serve()` returns when `shutdown()` is called (SIGTERM/SIGINT, a REST shutdown, or the
+per-job entrypoint after its job): running jobs' JobMasters stop, the driver stops
+every TaskExecutor it started, then the servers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import Awaitable, Callable
 
 import msgspec
 
@@ -32,46 +34,72 @@ log = logging.getLogger(__name__)
 class ClusterInfo(msgspec.Struct, frozen=True):
     rest_address: str
     rpc_address: str
+    dashboard_url: str
     pid: int
 
 
-async def run_appmaster(conf: Configuration, security: ClusterSecurity,
-                        driver: ResourceManagerDriver, info_file: Path | None = None) -> None:
-    rpc = RpcService(security, host=conf.get(options.JOB_MANAGER_RPC_ADDRESS),
-                     port=conf.get(options.JOB_MANAGER_RPC_PORT),
-                     max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
-                     ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
-    rpc_address = await rpc.start()
-    resource_manager = ResourceManager(rpc, ResourceManagerConfig.from_configuration(conf), driver)
-    dispatcher = Dispatcher(rpc, resource_manager, JobMasterConfig.from_configuration(conf))
-    stopping = asyncio.Event()
-    rest = RestServer(dispatcher, security, conf.get(options.REST_ADDRESS),
-                      conf.get(options.REST_PORT), conf.get(options.RPC_MAX_MESSAGE_SIZE),
-                      shutdown=stopping.set)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
-    try:
-        async with asyncio.TaskGroup() as group:
-            rm_task = group.create_task(resource_manager.run())
-            dispatcher_task = group.create_task(dispatcher.run())
-            await resource_manager.running.wait()
-            await dispatcher.running.wait()
-            rest_address = await rest.start()
-            log.info("AppMaster serving: REST %s, RPC %s", rest_address, rpc_address)
-            if info_file is not None:
-                _write_atomically(info_file, msgspec.json.encode(
-                    ClusterInfo(rest_address, rpc_address, os.getpid())))
-            await stopping.wait()
-            log.info("AppMaster shutting down")
+class AppMaster:
+    def __init__(self, conf: Configuration, security: ClusterSecurity,
+                 driver: ResourceManagerDriver, title: str = "flinkyarn") -> None:
+        self.conf = conf
+        self.security = security
+        self.driver = driver
+        self.title = title
+        self.info: ClusterInfo | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._stopping: asyncio.Event | None = None
+
+    def shutdown(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def serve(self, on_ready: Callable[["AppMaster"], Awaitable[None]] | None = None,
+                    info_file: Path | None = None) -> None:
+        from yarn_am.dashboard import Dashboard
+
+        conf = self.conf
+        self._stopping = asyncio.Event()
+        rpc = RpcService(self.security, host=conf.get(options.JOB_MANAGER_RPC_ADDRESS),
+                         port=conf.get(options.JOB_MANAGER_RPC_PORT),
+                         max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
+                         ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
+        rpc_address = await rpc.start()
+        resource_manager = ResourceManager(rpc, ResourceManagerConfig.from_configuration(conf),
+                                           self.driver)
+        self.dispatcher = dispatcher = Dispatcher(rpc, resource_manager,
+                                                  JobMasterConfig.from_configuration(conf))
+        host = conf.get(options.REST_ADDRESS)
+        rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),
+                          conf.get(options.RPC_MAX_MESSAGE_SIZE), shutdown=self.shutdown)
+        dashboard = Dashboard(dispatcher, host, title=self.title)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.shutdown)
+        try:
+            async with asyncio.TaskGroup() as group:
+                rm_task = group.create_task(resource_manager.run())
+                dispatcher_task = group.create_task(dispatcher.run())
+                await resource_manager.running.wait()
+                await dispatcher.running.wait()
+                self.info = ClusterInfo(await rest.start(), rpc_address, await dashboard.start(),
+                                        os.getpid())
+                log.info("AppMaster serving: REST %s, RPC %s, dashboard %s",
+                         self.info.rest_address, rpc_address, self.info.dashboard_url)
+                if on_ready is not None:
+                    await on_ready(self)
+                if info_file is not None:
+                    _write_atomically(info_file, msgspec.json.encode(self.info))
+                await self._stopping.wait()
+                log.info("AppMaster shutting down")
+                await rest.stop()
+                dispatcher.stop()
+                await dispatcher_task
+                resource_manager.stop()
+                await rm_task
+        finally:
             await rest.stop()
-            dispatcher.stop()
-            await dispatcher_task
-            resource_manager.stop()
-            await rm_task
-    finally:
-        await rest.stop()
-        await rpc.stop(grace=0.5)
+            await dashboard.stop()
+            await rpc.stop(grace=0.5)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

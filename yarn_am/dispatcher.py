@@ -3,8 +3,9 @@ job's status, also after it ended. Several jobs may run at once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
@@ -32,6 +33,7 @@ class JobRecord:
     job_master: JobMaster | None
     result: JobResult | None = None
     final: JobDetails | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Dispatcher(RpcEndpoint):
@@ -64,6 +66,13 @@ class Dispatcher(RpcEndpoint):
         record.result = result
         record.final = self._details(record)
         record.job_master = None
+        record.ended.set()
+
+    async def wait_for_result(self, job_id: JobID) -> JobResult:
+        """Returns once the job has ended (at once if it has)."""
+        record = self._record(job_id)
+        await record.ended.wait()
+        return record.result
 
     def _record(self, job_id: JobID) -> JobRecord:
         record = self.jobs.get(job_id)
@@ -88,7 +97,10 @@ class Dispatcher(RpcEndpoint):
         return JobOverview(jm.job_id, jm.job_graph.name, jm.status.value, jm.start_time, None)
 
     async def job_details(self, request: JobQuery) -> JobDetails:
-        record = self._record(request.job_id)
+        return await self.job_details_of(request.job_id)
+
+    async def job_details_of(self, job_id: JobID) -> JobDetails:
+        record = self._record(job_id)
         return record.final or self._details(record)
 
     def _details(self, record: JobRecord) -> JobDetails:

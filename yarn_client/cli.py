@@ -6,6 +6,9 @@ failed; 2 a usage error (unknown option, bad -D value, missing file).
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -13,15 +16,20 @@ from pathlib import Path
 import click
 
 import flinkyarn
+from flinkyarn import options
+from flinkyarn.hadoop import HadoopConfigError
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
 from flinkyarn.jobgraph import JobGraph
 from yarn_client.executors import ClusterExecutor
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
 from yarn_client.programs import GraphCapture, ProgramAborted, pyspark_job_graph, run_program
+from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestError
+from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
+from yarn_client.yarn_executors import PerJobExecutor, SessionExecutor
 
-TARGETS = ("local",)
+TARGETS = ("local", "yarn-per-job", "yarn-session")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,23 +87,77 @@ def _print_result(result: JobResult) -> None:
 PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
+def default_target() -> str:
+    """yarn-per-job where a Hadoop configuration is present, else local."""
+    conf_dir = os.environ.get("HADOOP_CONF_DIR")
+    if conf_dir and Path(conf_dir, "yarn-site.xml").is_file():
+        return "yarn-per-job"
+    return "local"
+
+
+def yarn_options(name: str | None, queue: str | None, tags: tuple[str, ...],
+                 files: tuple[Path, ...], conf: Configuration) -> YarnOptions:
+    return YarnOptions(name=name or "", queue=queue or conf.get(options.YARN_APPLICATION_QUEUE),
+                       tags=tuple(t for tag in tags for t in tag.split(",") if t), files=files)
+
+
+def yarn_errors(function):
+    """Turns the YARN client's expected errors into a message and exit code 1."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except (YarnDeploymentError, RestError, HadoopConfigError) as error:
+            click.echo(f"error: {error}", err=True)
+            sys.exit(1)
+    return wrapper
+
+
+def yarn_application_options(function):
+    for decorator in reversed((
+            click.option("--name", help="Name of the YARN application."),
+            click.option("--queue", help="YARN queue (default: yarn.application.queue)."),
+            click.option("--tags", multiple=True, help="Tags of the YARN application (comma-separated)."))):
+        function = decorator(function)
+    return function
+
+
 @cli.command(context_settings=PROGRAM_SETTINGS)
-@click.option("-t", "--target", type=click.Choice(TARGETS), default="local", show_default=True,
-              help="Where to run: `local` starts an AppMaster and TaskExecutors as local processes.")
+@click.option("-t", "--target", type=click.Choice(TARGETS), default=None,
+              help="Where to run: local processes, a YARN application per job, or a YARN "
+                   "session. Default: yarn-per-job when HADOOP_CONF_DIR has a yarn-site.xml, "
+                   "else local.")
 @click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
               help="Override a configuration option (see conf/flinkyarn.yaml).")
 @click.option("--pyspark", is_flag=True,
               help="PROGRAM is an unmodified PySpark script: run it as a job of one task "
                    "with a TaskExecutor's SparkSession.")
+@click.option("--detached", is_flag=True, help="yarn-per-job: print the application id and return.")
+@click.option("--application-id", help="yarn-session: the session to submit into (default: your newest).")
+@click.option("--files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Extra files shipped to every container (YARN targets).")
+@yarn_application_options
 @click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(target: str, properties: tuple[str, ...], pyspark: bool, program: Path,
-        args: tuple[str, ...]) -> None:
+def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached: bool,
+        application_id: str | None, files: tuple[Path, ...], name: str | None,
+        queue: str | None, tags: tuple[str, ...], program: Path, args: tuple[str, ...]) -> None:
     """Run PROGRAM (a Python file that builds and executes jobs) with ARGS."""
     if not program.is_file():
         raise click.BadParameter(f"no such file: {program}", param_hint="PROGRAM")
     conf = load_configuration(properties)
-    executor = LocalTargetExecutor(conf)
+    target = target or default_target()
+    try:
+        if target == "local":
+            executor = LocalTargetExecutor(conf)
+        elif target == "yarn-per-job":
+            executor = PerJobExecutor(conf, yarn_options(name, queue, tags, (program, *files), conf),
+                                      detached)
+        else:
+            executor = SessionExecutor(application_id)
+    except (YarnDeploymentError, RestError, HadoopConfigError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
     code = 0
     try:
         if pyspark:
@@ -103,12 +165,12 @@ def run(target: str, properties: tuple[str, ...], pyspark: bool, program: Path,
         else:
             run_program(program, args, executor)
     except KeyboardInterrupt:
-        click.echo("interrupted: cancelling and stopping the cluster", err=True)
+        click.echo("interrupted: cancelling and stopping what was started", err=True)
         executor.cancel_running()
         code = 1
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except ClusterStartError as error:
+    except (ClusterStartError, YarnDeploymentError, RestError) as error:
         click.echo(f"error: {error}", err=True)
         code = 1
     except Exception:
@@ -120,9 +182,103 @@ def run(target: str, properties: tuple[str, ...], pyspark: bool, program: Path,
         if not executor.results:
             click.echo(f"error: {program} executed no job", err=True)
             code = 1
-        elif any(not r.succeeded for r in executor.results):
+        elif any(r.status not in ("FINISHED", "SUBMITTED") for r in executor.results):
             code = 1
+    for result in executor.results:
+        if target != "local" and result.status != "SUBMITTED":
+            _print_result(result)
     sys.exit(code)
+
+
+@cli.group()
+def session() -> None:
+    """Long-running session clusters on YARN."""
+
+
+@session.command("start")
+@click.option("-s", "--slots", type=int, help="Slots per TaskExecutor (taskmanager.numberOfTaskSlots).")
+@click.option("-D", "properties", multiple=True, metavar="KEY=VALUE")
+@yarn_application_options
+@yarn_errors
+def session_start(slots: int | None, properties: tuple[str, ...], name: str | None,
+                  queue: str | None, tags: tuple[str, ...]) -> None:
+    """Start a session cluster; print its application id."""
+    if slots is not None:
+        properties = (*properties, f"taskmanager.numberOfTaskSlots={slots}")
+    conf = load_configuration(properties)
+    deployment = YarnClusterDescriptor(conf, yarn_options(name, queue, tags, (), conf)) \
+        .deploy("session")
+    click.echo(f"session {deployment.app_id} is up")
+    click.echo(f"  dashboard: {yarn_cluster.rm_web_address()}/proxy/{deployment.app_id}/pages/flinkyarn/")
+    click.echo(f"  submit:    flinkyarn run -t yarn-session --application-id {deployment.app_id} FILE.py")
+    click.echo(f"  stop:      flinkyarn session stop {deployment.app_id}")
+    click.echo(deployment.app_id)
+
+
+@session.command("stop")
+@click.argument("application_id")
+@yarn_errors
+def session_stop(application_id: str) -> None:
+    """Stop a session: its running jobs are cancelled and the application ends."""
+    try:
+        yarn_cluster.connect(application_id).shutdown_cluster()
+    except RestError as error:
+        click.echo(f"the AppMaster did not answer ({error}); killing {application_id}", err=True)
+        yarn_cluster.kill(application_id)
+    report = yarn_cluster.wait_for_end(application_id)
+    click.echo(f"{application_id} {report['state']}/{report['finalStatus']}")
+
+
+@session.command("list")
+@yarn_errors
+def session_list() -> None:
+    """Your running sessions."""
+    for app in yarn_cluster.flinkyarn_applications(tag="flinkyarn-session"):
+        click.echo(f"{app['id']}  {app['state']:9} {app['name']}  queue {app['queue']}")
+
+
+@cli.command("list")
+@click.argument("application_id", required=False)
+@yarn_errors
+def list_jobs(application_id: str | None) -> None:
+    """Jobs of an application (default: each of your running flinkyarn applications)."""
+    apps = [application_id] if application_id else \
+        [a["id"] for a in yarn_cluster.flinkyarn_applications(states=("RUNNING",))]
+    for app_id in apps:
+        click.echo(app_id)
+        for job in yarn_cluster.connect(app_id).jobs().jobs:
+            click.echo(f"  {job.job_id}  {job.status:10} {job.name}")
+
+
+@cli.command()
+@click.argument("application_id")
+@click.argument("job_id")
+@yarn_errors
+def cancel(application_id: str, job_id: str) -> None:
+    """Cancel job JOB_ID in application APPLICATION_ID."""
+    yarn_cluster.connect(application_id).cancel(job_id)
+    click.echo(f"cancelling job {job_id}")
+
+
+@cli.command()
+@click.argument("application_id")
+@click.option("--job", "job_id", help="Only lines that mention this job.")
+def logs(application_id: str, job_id: str | None) -> None:
+    """The logs of the AppMaster and the TaskExecutors of an application (from the
+    NodeManagers while it runs, aggregated in HDFS after)."""
+    command = ["yarn", "logs", "-applicationId", application_id]
+    try:
+        process = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        click.echo("error: the `yarn` command is not on PATH (for the local Hadoop: "
+                   "eval \"$(integration/cluster env)\")", err=True)
+        sys.exit(1)
+    if process.returncode != 0 and not process.stdout:
+        click.echo(f"error: {' '.join(command)} failed:\n{process.stderr[-2000:]}", err=True)
+        sys.exit(1)
+    for line in process.stdout.splitlines():
+        if job_id is None or job_id in line or line.startswith(("Container:", "LogType:", "===")):
+            click.echo(line)
 
 
 @cli.command(context_settings=PROGRAM_SETTINGS)

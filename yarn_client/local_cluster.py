@@ -39,6 +39,7 @@ class LocalCluster:
         self.security: ClusterSecurity | None = None
         self.rest: RestClient | None = None
         self.rpc_address: str | None = None
+        self.dashboard_url: str | None = None
 
     @property
     def log_file(self) -> Path:
@@ -66,6 +67,7 @@ class LocalCluster:
             time.sleep(0.05)
         cluster = msgspec.json.decode(info.read_bytes())
         self.rpc_address = cluster["rpc_address"]
+        self.dashboard_url = cluster["dashboard_url"]
         self.rest = RestClient(cluster["rest_address"], self.security)
         return self.rest
 

@@ -1,0 +1,138 @@
+"""The YARN resource-manager driver: TaskExecutors are containers of the skein service
+`taskexecutor`, requested one at a time from inside the AppMaster.
+
+Assumptions about YARN (through skein): requests are asynchronous and may be satisfied
+late or never; a container may end at any time (its process exits, the NodeManager kills
+it for memory, an admin kills it) and we learn of it only by asking. So:
+- `request_worker` names the worker at once and asks skein for a container in a task
+  (the call is a blocking gRPC call to skein's ApplicationMaster, run on a thread);
+  the worker id reaches the container as FLINKYARN_RESOURCE_ID, and the TaskExecutor
+  registers with it;
+- a watcher polls skein's view of the service's containers every `poll_interval` and
+  reports each container's end once, with its state and YARN's exit message;
+- a request skein refuses ends the worker at once (`on_worker_terminated`).
+The threading contract of driver.py holds: every handler call happens on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from flinkyarn.ids import new_id
+from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn
+from yarn_am.resourcemanager.slot_manager import WorkerSpec
+
+log = logging.getLogger(__name__)
+
+SERVICE = "taskexecutor"
+RESOURCE_ID_VARIABLE = "FLINKYARN_RESOURCE_ID"
+RPC_ADDRESS_KEY = "flinkyarn.rpc_address"
+_ENDED = ("SUCCEEDED", "FAILED", "KILLED")
+
+
+@dataclass
+class _Worker:
+    worker_id: str
+    container_id: str | None = None
+    released: bool = False
+    state: str = "REQUESTING"
+    ended: bool = False
+    log_url: str | None = None
+    history: list[str] = field(default_factory=list)
+
+
+class YarnDriver:
+    def __init__(self, app, poll_interval: float = 0.5) -> None:
+        """`app` is skein's ApplicationClient of this application."""
+        self._app = app
+        self._poll_interval = poll_interval
+        self._workers: dict[str, _Worker] = {}
+        self._by_container: dict[str, _Worker] = {}
+        self._handler: ResourceEventHandler | None = None
+        self._spawn: Spawn | None = None
+        self._count = 0
+        self._terminated = False
+
+    async def initialize(self, handler: ResourceEventHandler, resource_manager_address: str,
+                         spawn: Spawn) -> None:
+        self._handler, self._spawn = handler, spawn
+        # TaskExecutors find the ResourceManager through skein's key-value store.
+        await asyncio.to_thread(self._app.kv.__setitem__, RPC_ADDRESS_KEY,
+                                resource_manager_address.encode())
+        spawn(self._watch(), "yarn-container-watcher")
+
+    def request_worker(self, spec: WorkerSpec) -> str:
+        self._count += 1
+        worker = _Worker(f"taskexecutor-{self._count}-{new_id()[:8]}")
+        self._workers[worker.worker_id] = worker
+        self._spawn(self._request(worker), f"request-{worker.worker_id}")
+        return worker.worker_id
+
+    async def _request(self, worker: _Worker) -> None:
+        try:
+            container = await asyncio.to_thread(
+                self._app.add_container, SERVICE, {RESOURCE_ID_VARIABLE: worker.worker_id})
+        except Exception as error:  # skein refused: over the maximum allocation, app ending
+            self._end(worker, f"container request refused by YARN: {error}")
+            return
+        worker.container_id = container.id
+        self._by_container[container.id] = worker
+        log.info("worker %s: container %s requested", worker.worker_id, container.id)
+        if worker.released:
+            await self._kill(worker)
+
+    def release_worker(self, worker_id: str, cause: str) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is None or worker.ended:
+            return
+        log.info("releasing worker %s (%s): %s", worker_id, worker.container_id, cause)
+        worker.released = True
+        if worker.container_id is not None:
+            self._spawn(self._kill(worker), f"kill-{worker_id}")
+
+    async def _kill(self, worker: _Worker) -> None:
+        try:
+            await asyncio.to_thread(self._app.kill_container, worker.container_id)
+        except Exception as error:  # already gone: the watcher reports its end
+            log.info("killing %s: %s", worker.container_id, error)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_interval)
+            containers = await asyncio.to_thread(
+                self._app.get_containers, [SERVICE],
+                ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
+            for container in containers:
+                worker = self._by_container.get(container.id)
+                if worker is None or worker.ended:
+                    continue
+                state = str(container.state)
+                if state != worker.state:
+                    worker.state = state
+                    if state == "RUNNING":
+                        worker.log_url = container.yarn_node_http_address
+                        self._handler.on_worker_started(worker.worker_id)
+                if state in _ENDED:
+                    message = (container.exit_message or "").strip().splitlines()
+                    detail = f": {message[-1]}" if message else ""
+                    self._end(worker, f"container {container.yarn_container_id or container.id} "
+                                      f"{state}{detail}")
+
+    def _end(self, worker: _Worker, cause: str) -> None:
+        worker.ended = True
+        if self._terminated:
+            return
+        if worker.released:
+            cause = f"released by the ResourceManager ({cause})"
+        self._handler.on_worker_terminated(worker.worker_id, cause)
+
+    def container_of(self, worker_id: str) -> str | None:
+        worker = self._workers.get(worker_id)
+        return worker.container_id if worker else None
+
+    async def terminate(self) -> None:
+        self._terminated = True
+        live = [w for w in self._workers.values() if not w.ended and w.container_id]
+        await asyncio.gather(*(self._kill(w) for w in live))

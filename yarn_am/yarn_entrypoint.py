@@ -1,0 +1,126 @@
+"""The AppMaster as the master script of a skein application.
+
+    python -m yarn_am.yarn_entrypoint --mode per-job --job-graph job.msgpack --security-dir security -D ...
+    python -m yarn_am.yarn_entrypoint --mode session --security-dir security -D ...
+
+Per-job: runs the shipped JobGraph and ends with it; the YARN application's final status
+says how: SUCCEEDED (FINISHED), FAILED (with the failure cause as diagnostics), KILLED
+(canceled). Session: serves jobs until `flinkyarn session stop` (SUCCEEDED).
+Clients find the REST API through skein's key-value store; the dashboard is a page of
+the application's web UI, which YARN's tracking URL leads to through its web proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import msgspec
+import skein
+
+from flinkyarn.configuration import Configuration, parse_dynamic_properties
+from flinkyarn.gateways.dispatcher import SubmitJob
+from flinkyarn.jobgraph import JobGraph
+from flinkyarn.rpc.security import ClusterSecurity
+from yarn_am.appmaster import AppMaster
+from yarn_am.resourcemanager.yarn_driver import YarnDriver
+
+log = logging.getLogger("yarn_am")
+
+REST_ADDRESS_KEY = "flinkyarn.rest_address"
+DASHBOARD_KEY = "flinkyarn.dashboard_url"
+FINAL_STATUS = {"FINISHED": "SUCCEEDED", "FAILED": "FAILED", "CANCELED": "KILLED"}
+MAX_DIAGNOSTICS = 4000
+
+
+class Outcome:
+    """How the application ends: a YARN final status and diagnostics."""
+
+    def __init__(self, status: str = "SUCCEEDED", diagnostics: str = "") -> None:
+        self.status, self.diagnostics = status, diagnostics
+
+
+async def _report_progress(app, appmaster: AppMaster, job_id: str) -> None:
+    """YARN's progress bar: the fraction of the job's subtasks that finished."""
+    while True:
+        details = await appmaster.dispatcher.job_details_of(job_id)
+        total = sum(v.parallelism for v in details.vertices) or 1
+        done = sum(v.state_counts.get("FINISHED", 0) for v in details.vertices)
+        await asyncio.to_thread(app.set_progress, max(0.01, min(0.99, done / total)))
+        await asyncio.sleep(2.0)
+
+
+async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome) -> None:
+    """Per-job mode: submit, wait for the end, record the outcome, shut down."""
+    try:
+        await appmaster.dispatcher.submit_job(SubmitJob(graph))
+    except ValueError as error:
+        outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
+        appmaster.shutdown()
+        return
+    progress = asyncio.create_task(_report_progress(app, appmaster, graph.job_id))
+    try:
+        result = await appmaster.dispatcher.wait_for_result(graph.job_id)
+    finally:
+        progress.cancel()
+    outcome.status = FINAL_STATUS[result.status.value]
+    outcome.diagnostics = f"job {graph.name!r} ({graph.job_id}) {result.status.value}"
+    if result.failure_cause:
+        outcome.diagnostics += f": {result.failure_cause}"
+    appmaster.shutdown()
+
+
+async def serve(app, args: argparse.Namespace, conf: Configuration, outcome: Outcome) -> None:
+    graph = None
+    if args.mode == "per-job":
+        graph = msgspec.msgpack.decode(Path(args.job_graph).read_bytes(), type=JobGraph)
+    title = f"flinkyarn {args.mode}: {graph.name if graph else app.id}"
+    appmaster = AppMaster(conf, ClusterSecurity.load(Path(args.security_dir)), YarnDriver(app),
+                          title)
+    job_task: list[asyncio.Task] = []
+
+    async def on_ready(am: AppMaster) -> None:
+        await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: am.info.rest_address.encode(),
+                                                DASHBOARD_KEY: am.info.dashboard_url.encode()})
+        await asyncio.to_thread(app.ui.add_page, "flinkyarn", am.info.dashboard_url,
+                                "flinkyarn dashboard")
+        if graph is not None:
+            job_task.append(asyncio.create_task(_run_job(app, am, graph, outcome)))
+
+    await appmaster.serve(on_ready)
+    for task in job_task:
+        if not task.done():
+            task.cancel()
+            outcome.status, outcome.diagnostics = "KILLED", "the AppMaster was stopped"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m yarn_am.yarn_entrypoint")
+    parser.add_argument("--mode", choices=("per-job", "session"), required=True)
+    parser.add_argument("--job-graph")
+    parser.add_argument("--security-dir", required=True)
+    parser.add_argument("-D", dest="properties", action="append", default=[])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s appmaster %(name)s: %(message)s")
+    app = skein.ApplicationClient.from_current()
+    outcome = Outcome(diagnostics="session stopped" if args.mode == "session" else "")
+    try:
+        conf = Configuration.from_raw(parse_dynamic_properties(args.properties))
+        asyncio.run(serve(app, args, conf, outcome))
+    except BaseException as error:  # the AppMaster itself failed: say so in YARN
+        log.exception("the AppMaster failed")
+        while isinstance(error, BaseExceptionGroup):
+            error = error.exceptions[0]
+        outcome.status = "FAILED"
+        outcome.diagnostics = f"the flinkyarn AppMaster failed: {type(error).__name__}: {error}"
+    log.info("final status %s: %s", outcome.status, outcome.diagnostics)
+    app.shutdown(outcome.status, outcome.diagnostics[:MAX_DIAGNOSTICS])
+    return 0 if outcome.status == "SUCCEEDED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

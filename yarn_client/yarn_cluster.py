@@ -1,0 +1,281 @@
+"""flinkyarn clusters on YARN, through skein: a per-job cluster (the AppMaster runs one
+job and ends with it) or a session cluster (it runs jobs until stopped).
+
+The client generates the cluster's certificates and keeps them under
+~/.flinkyarn/applications/<application id>/ (with the REST address), so later commands
+(`list`, `cancel`, `session stop`, `run -t yarn-session`) can reach the AppMaster. Before
+submitting, it checks the request against the ResourceManager: the queue must exist and
+every container must fit its maximum allocation, else nothing is submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import msgspec
+
+from flinkyarn import hadoop, options
+from flinkyarn.configuration import Configuration, format_memory
+from flinkyarn.jobgraph import JobGraph
+from flinkyarn.rpc.security import FILES, ClusterSecurity
+from yarn_client.rest_client import RestClient
+
+APPLICATION_TYPE = "flinkyarn"
+REST_ADDRESS_KEY = "flinkyarn.rest_address"
+DASHBOARD_KEY = "flinkyarn.dashboard_url"
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+HOME = Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
+
+
+class YarnDeploymentError(RuntimeError):
+    """The application was refused before or during start; nothing is left running."""
+
+
+@dataclass
+class YarnOptions:
+    name: str = ""
+    queue: str = "default"
+    tags: tuple[str, ...] = ()
+    files: tuple[Path, ...] = ()
+
+
+@dataclass
+class Deployment:
+    app_id: str
+    rest: RestClient
+    dashboard_url: str
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def application_dir(app_id: str) -> Path:
+    return HOME / "applications" / app_id
+
+
+def rm_web_address() -> str:
+    address = hadoop.site_properties("yarn-site.xml").get("yarn.resourcemanager.webapp.address")
+    if not address:
+        host = hadoop.site_properties("yarn-site.xml").get("yarn.resourcemanager.hostname", "localhost")
+        address = f"{host}:8088"
+    return f"http://{address}"
+
+
+def rm_get(path: str) -> dict:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(rm_web_address() + path, timeout=10) as response:
+        return json.load(response)
+
+
+def application_report(app_id: str) -> dict:
+    return rm_get(f"/ws/v1/cluster/apps/{app_id}")["app"]
+
+
+def _leaf_queues(queue: dict, out: dict) -> dict:
+    children = (queue.get("queues") or {}).get("queue") or []
+    if not children:
+        out[queue["queueName"]] = queue
+        out[queue.get("queuePath", queue["queueName"])] = queue
+    for child in children:
+        _leaf_queues(child, out)
+    return out
+
+
+def check_request(queue: str, containers: dict[str, tuple[int, int, str]]) -> None:
+    """Refuses what YARN could never satisfy: an unknown queue, or a container (memory
+    MiB, vcores, the option that sized it) over the queue's maximum allocation."""
+    scheduler = rm_get("/ws/v1/cluster/scheduler")["scheduler"]["schedulerInfo"]
+    queues = _leaf_queues(scheduler, {}) if "queues" in scheduler else {}
+    if queues and queue not in queues:
+        raise YarnDeploymentError(f"unknown YARN queue {queue!r} (option "
+                                  f"{options.YARN_APPLICATION_QUEUE.key}); leaf queues: "
+                                  f"{', '.join(sorted(q for q in queues if '.' not in q))}")
+    limit = (queues.get(queue) or scheduler).get("maximumAllocation") or {}
+    max_memory, max_vcores = limit.get("memory"), limit.get("vCores")
+    for what, (memory, vcores, key) in containers.items():
+        if max_memory is not None and memory > max_memory:
+            raise YarnDeploymentError(
+                f"the {what} container needs {memory} MiB, more than the {max_memory} MiB "
+                f"YARN allows in queue {queue!r}; lower {key}")
+        if max_vcores is not None and vcores > max_vcores:
+            raise YarnDeploymentError(
+                f"the {what} container needs {vcores} vcores, more than the {max_vcores} "
+                f"YARN allows in queue {queue!r}; lower {key}")
+
+
+class YarnClusterDescriptor:
+    def __init__(self, conf: Configuration, yarn: YarnOptions, out: TextIO = sys.stderr) -> None:
+        self.conf = conf
+        self.yarn = yarn
+        self.out = out
+
+    # ------------------------------------------------------------------ resources
+
+    def _containers(self) -> dict[str, tuple[int, int, str]]:
+        am_memory = math.ceil(self.conf.get(options.JOB_MANAGER_PROCESS_MEMORY) / (1 << 20))
+        te_memory = math.ceil(self.conf.get(options.TASK_MANAGER_PROCESS_MEMORY) / (1 << 20))
+        te_vcores = max(1, math.ceil(self.conf.get(options.TASK_MANAGER_CPU_CORES)))
+        return {
+            "AppMaster": (am_memory, 1, options.JOB_MANAGER_PROCESS_MEMORY.key),
+            "TaskExecutor": (te_memory, te_vcores, f"{options.TASK_MANAGER_PROCESS_MEMORY.key} "
+                                                   f"or {options.TASK_MANAGER_CPU_CORES.key}"),
+        }
+
+    # --------------------------------------------------------------------- deploy
+
+    def deploy(self, mode: str, graph: JobGraph | None = None) -> Deployment:
+        """Submits a per-job (with `graph`) or session application and returns once its
+        REST API answers. On any failure the application is killed and the error says
+        where to look."""
+        import skein
+
+        from yarn_client.skein_jar import use_flinkyarn_jar
+
+        containers = self._containers()
+        check_request(self.yarn.queue, containers)
+        use_flinkyarn_jar()
+        work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
+        security = ClusterSecurity.generate(work / "security")
+        # skein localizes files into the container's working folder, flat.
+        files = {name: str(work / "security" / name) for name in FILES}
+        if graph is not None:
+            (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
+            files["job.msgpack"] = str(work / "job.msgpack")
+        for extra in self.yarn.files:
+            files[extra.name] = str(extra.resolve())
+        spec = self._spec(mode, graph, files, containers)
+        phases: dict[str, float] = {}
+        start = time.monotonic()
+        log = HOME / "logs" / "skein-driver.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with skein.Client(log=str(log)) as client:
+            app_id = client.submit(spec)
+            phases["submitted"] = time.monotonic() - start
+            self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
+                      f"[{phases['submitted']:.1f} s]")
+            try:
+                rest_address, dashboard = self._wait_for_appmaster(client, app_id, start, phases)
+            except BaseException:
+                client.kill_application(app_id)
+                raise
+        target = application_dir(app_id)
+        target.mkdir(parents=True, exist_ok=True)
+        os.replace(work / "security", target / "security")
+        (target / "cluster.json").write_text(json.dumps({
+            "rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
+            "name": spec.name}))
+        return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security")),
+                          dashboard, phases)
+
+    def _spec(self, mode: str, graph: JobGraph | None, files: dict[str, str],
+              containers: dict[str, tuple[int, int, str]]):
+        import skein
+
+        python = sys.executable
+        properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in self.conf.raw().items())
+        name = self.yarn.name or self.conf.get(options.YARN_APPLICATION_NAME) or (
+            f"flinkyarn: {graph.name}" if graph else "flinkyarn session")
+        job = "--job-graph job.msgpack " if graph is not None else ""
+        am_memory, _, _ = containers["AppMaster"]
+        te_memory, te_vcores, _ = containers["TaskExecutor"]
+        environment = {"PYTHONUNBUFFERED": "1"}
+        tags = {APPLICATION_TYPE, f"{APPLICATION_TYPE}-{mode}", *self.yarn.tags,
+                *(t for t in self.conf.get(options.YARN_TAGS).split(",") if t)}
+        return skein.ApplicationSpec(
+            name=name, queue=self.yarn.queue, tags=tags, max_attempts=1,
+            master=skein.Master(
+                resources=skein.Resources(memory=am_memory, vcores=1),
+                files=files, env=environment,
+                script=(f"exec {python} -m yarn_am.yarn_entrypoint --mode {mode} {job}"
+                        f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "
+                        f"-D rest.address=$NM_HOST {properties}")),
+            services={"taskexecutor": skein.Service(
+                instances=0, max_restarts=0,  # the ResourceManager decides on replacements
+                resources=skein.Resources(memory=te_memory, vcores=te_vcores),
+                files={k: v for k, v in files.items() if k != "job.msgpack"}, env=environment,
+                script=(f"exec {python} -m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID "
+                        f"--resource-manager skein-kv:flinkyarn.rpc_address "
+                        f"--security-dir . -D taskmanager.host=$NM_HOST {properties}"))})
+
+    def _wait_for_appmaster(self, client, app_id: str, start: float,
+                            phases: dict[str, float], timeout: float = 300.0) -> tuple[str, str]:
+        """Shows the start-up phases; returns (REST address, dashboard URL)."""
+        deadline = time.monotonic() + timeout
+        seen = "SUBMITTED"
+        while True:
+            report = application_report(app_id)
+            state = report["state"]
+            if state != seen and state in ("ACCEPTED", "RUNNING"):
+                phases[state.lower()] = time.monotonic() - start
+                self._say(f"  {state.lower()} [{phases[state.lower()]:.1f} s]")
+                seen = state
+            if state in TERMINAL:
+                raise YarnDeploymentError(
+                    f"{app_id} ended while starting: {report['finalStatus']}: "
+                    f"{report.get('diagnostics', '').strip()}\n  logs: yarn logs -applicationId {app_id}")
+            if state == "RUNNING":
+                values = client.connect(app_id, wait=False).kv.get_prefix("flinkyarn.")
+                if REST_ADDRESS_KEY in values:
+                    phases["appmaster up"] = time.monotonic() - start
+                    self._say(f"  AppMaster up [{phases['appmaster up']:.1f} s]")
+                    return values[REST_ADDRESS_KEY].decode(), values[DASHBOARD_KEY].decode()
+            if time.monotonic() > deadline:
+                raise YarnDeploymentError(f"{app_id} did not start within {timeout:g} s "
+                                          f"(state {state}); logs: yarn logs -applicationId {app_id}")
+            time.sleep(0.2)
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+
+# ------------------------------------------------------------ existing applications
+
+
+def connect(app_id: str) -> RestClient:
+    """The REST client of an application this user deployed from this machine."""
+    target = application_dir(app_id)
+    if not (target / "cluster.json").is_file():
+        raise YarnDeploymentError(f"no flinkyarn application {app_id} deployed from this "
+                                  f"machine (nothing in {target})")
+    info = json.loads((target / "cluster.json").read_text())
+    return RestClient(info["rest_address"], ClusterSecurity.load(target / "security"))
+
+
+def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),
+                           tag: str | None = None) -> list[dict]:
+    query = f"?applicationTypes={APPLICATION_TYPE}&states={','.join(states)}"
+    apps = (rm_get(f"/ws/v1/cluster/apps{query}").get("apps") or {}).get("app") or []
+    user = os.environ.get("USER") or __import__("getpass").getuser()
+    apps = [a for a in apps if a.get("user") == user]
+    if tag is not None:
+        apps = [a for a in apps if tag in (a.get("applicationTags") or "").split(",")]
+    return sorted(apps, key=lambda a: a["startedTime"], reverse=True)
+
+
+def wait_for_end(app_id: str, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        report = application_report(app_id)
+        if report["state"] in TERMINAL:
+            return report
+        if time.monotonic() > deadline:
+            raise YarnDeploymentError(f"{app_id} still {report['state']} after {timeout:g} s")
+        time.sleep(0.25)
+
+
+def kill(app_id: str) -> None:
+    import skein
+
+    from yarn_client.skein_jar import use_flinkyarn_jar
+
+    use_flinkyarn_jar()
+    with skein.Client(log=False) as client:
+        client.kill_application(app_id)

@@ -1,0 +1,108 @@
+"""Job executors for the YARN targets: a per-job cluster for each job, or a session."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from flinkyarn.configuration import Configuration
+from flinkyarn.environment import JobResult
+from flinkyarn.jobgraph import JobGraph
+from yarn_client import yarn_cluster
+from yarn_client.executors import ClusterExecutor, follow, result_of
+from yarn_client.rest_client import RestError
+from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
+
+JOB_STATUS_OF = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "KILLED": "CANCELED"}
+
+
+class PerJobExecutor:
+    """`-t yarn-per-job`: each job gets an application of its own that ends with it.
+    Attached, it follows the job and then the application to its final status; detached,
+    it prints the application id and returns at once."""
+
+    def __init__(self, conf: Configuration, yarn: YarnOptions, detached: bool,
+                 out: TextIO = sys.stderr) -> None:
+        self.descriptor = YarnClusterDescriptor(conf, yarn, out)
+        self.detached = detached
+        self.out = out
+        self.results: list[JobResult] = []
+        self.applications: list[str] = []
+        self.rest = None
+
+    def execute(self, graph: JobGraph) -> JobResult:
+        start = time.monotonic()
+        deployment = self.descriptor.deploy("per-job", graph)
+        self.applications.append(deployment.app_id)
+        self.rest = deployment.rest
+        print(f"dashboard: {yarn_cluster.rm_web_address()}/proxy/{deployment.app_id}/pages/flinkyarn/",
+              file=self.out, flush=True)
+        if self.detached:
+            print(f"detached: job {graph.job_id} runs in {deployment.app_id}", file=self.out)
+            result = JobResult(graph.job_id, "SUBMITTED", None, 0.0)
+            self.results.append(result)
+            return result
+        details = None
+        try:
+            details = follow(deployment.rest, graph.job_id, self.out)
+        except RestError:
+            pass  # the AppMaster ended with the job; YARN has the last word
+        report = yarn_cluster.wait_for_end(deployment.app_id)
+        print(f"application {deployment.app_id} {report['state']}/{report['finalStatus']}"
+              f"{': ' + report['diagnostics'].strip() if report.get('diagnostics') else ''}",
+              file=self.out, flush=True)
+        if details is not None:
+            result = result_of(details)
+        else:
+            status = JOB_STATUS_OF.get(report["finalStatus"], "FAILED")
+            cause = None if status == "FINISHED" else report.get("diagnostics")
+            result = JobResult(graph.job_id, status, cause, time.monotonic() - start)
+        self.results.append(result)
+        return result
+
+    def cancel_running(self) -> None:
+        for app_id in self.applications:
+            try:
+                if yarn_cluster.application_report(app_id)["state"] not in yarn_cluster.TERMINAL:
+                    yarn_cluster.kill(app_id)
+                    print(f"killed {app_id}", file=self.out)
+            except Exception as error:  # best effort on the way out
+                print(f"could not kill {app_id}: {error}", file=self.out)
+
+    def stop(self) -> None:
+        pass
+
+
+class SessionExecutor:
+    """`-t yarn-session`: submits into a running session (the given one, or the newest
+    of this user's)."""
+
+    def __init__(self, application_id: str | None, out: TextIO = sys.stderr) -> None:
+        if application_id is None:
+            sessions = yarn_cluster.flinkyarn_applications(tag="flinkyarn-session", states=("RUNNING",))
+            if not sessions:
+                raise YarnDeploymentError("no running flinkyarn session of yours; start one with "
+                                          "`flinkyarn session start`")
+            application_id = sessions[0]["id"]
+        self.app_id = application_id
+        self.out = out
+        self.executor = ClusterExecutor(yarn_cluster.connect(application_id), out)
+        self.rest = self.executor.rest
+        self.results: list[JobResult] = []
+
+    def execute(self, graph: JobGraph) -> JobResult:
+        print(f"submitting into session {self.app_id}", file=self.out, flush=True)
+        result = self.executor.execute(graph)
+        self.results.append(result)
+        return result
+
+    def cancel_running(self) -> None:
+        for job_id in self.executor.submitted:
+            try:
+                self.rest.cancel(job_id)
+            except RestError:
+                pass
+
+    def stop(self) -> None:
+        pass
