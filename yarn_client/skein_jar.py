@@ -1,13 +1,16 @@
-"""skein's jar, with the YARN application type `flinkyarn`.
+"""skein's jar, with the YARN application type `flinkyarn` and an ApplicationMaster
+that runs on JDK 17.
 
-skein submits every application with the type `skein`, a constant in its Java driver,
-and has no option for it. Admins filter the YARN UI by type, so we derive a copy of
-skein's jar whose driver says `flinkyarn`: in the class files of the driver, the one
-constant-pool string `skein` is rewritten (a Utf8 constant: tag 1, a two-byte length,
-the bytes; nothing in a class file refers to constant-pool byte offsets, so changing
-its length is safe). Nothing else changes. The copy is cached beside the user's other
-caches, keyed by the original's digest, and skein is pointed at it before it starts a
-driver (`use_flinkyarn_jar`). The AppMaster container runs the same jar.
+skein has no option for either, and both are constants in its Java driver:
+- every application gets the type `skein`; admins filter the YARN UI by type;
+- the ApplicationMaster is started as `java -Xmx128M ...`; on JDK 17 its web UI (the
+  page YARN's tracking URL opens) fails, because its template engine reflects into
+  java.util, which JDK 17 opens only when asked (`--add-opens`).
+So we derive a copy of skein's jar whose driver has those two strings rewritten in its
+constant pool (Utf8 constants: tag 1, a two-byte length, the bytes; nothing in a class
+file refers to constant-pool byte offsets, so changing a length is safe). Nothing else
+changes. The copy is cached beside the user's other caches, keyed by the original's
+digest, and skein is pointed at it before it starts a driver (`use_flinkyarn_jar`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ import zipfile
 from pathlib import Path
 
 APPLICATION_TYPE = "flinkyarn"
-_CLASSES = ("com/anaconda/skein/Driver.class", "com/anaconda/skein/Driver$DriverImpl.class")
+_AM_JAVA = "/bin/java -Xmx128M "
+_AM_JAVA_17 = ("/bin/java -Xmx128M --add-opens=java.base/java.util=ALL-UNNAMED "
+               "--add-opens=java.base/java.lang=ALL-UNNAMED ")
+# class file -> the string constants rewritten in it
+_PATCHES = {
+    "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_AM_JAVA, _AM_JAVA_17)),
+    "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
+}
+_EDITION = "flinkyarn2"  # bump when _PATCHES change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:
@@ -28,18 +39,20 @@ def _utf8_constant(text: str) -> bytes:
 
 
 def patch_class(data: bytes, name: str) -> bytes:
-    """The class file with its `skein` string constant replaced by `flinkyarn`."""
-    old, new = _utf8_constant("skein"), _utf8_constant(APPLICATION_TYPE)
-    count = data.count(old)
-    if count != 1:
-        raise RuntimeError(f"{name}: expected one 'skein' string constant, found {count}; "
-                           f"this skein version is not supported")
-    return data.replace(old, new)
+    """The class file with its string constants rewritten per _PATCHES."""
+    for before, after in _PATCHES[name]:
+        old, new = _utf8_constant(before), _utf8_constant(after)
+        count = data.count(old)
+        if count != 1:
+            raise RuntimeError(f"{name}: expected one {before!r} string constant, found "
+                               f"{count}; this skein version is not supported")
+        data = data.replace(old, new)
+    return data
 
 
 def patched_jar(original: str, cache: Path) -> Path:
     digest = hashlib.sha256(Path(original).read_bytes()).hexdigest()[:16]
-    target = cache / f"skein-{digest}-{APPLICATION_TYPE}.jar"
+    target = cache / f"skein-{digest}-{_EDITION}.jar"
     if target.exists():
         return target
     cache.mkdir(parents=True, exist_ok=True)
@@ -49,7 +62,7 @@ def patched_jar(original: str, cache: Path) -> Path:
             zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
         for entry in source.infolist():
             data = source.read(entry)
-            if entry.filename in _CLASSES:
+            if entry.filename in _PATCHES:
                 data = patch_class(data, entry.filename)
             out.writestr(entry, data)
     os.replace(tmp, target)
@@ -61,7 +74,7 @@ def use_flinkyarn_jar() -> str:
     import skein.core
 
     current = skein.core._SKEIN_JAR
-    if APPLICATION_TYPE in os.path.basename(current):
+    if _EDITION in os.path.basename(current):
         return current
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flinkyarn"
     path = str(patched_jar(current, cache))
