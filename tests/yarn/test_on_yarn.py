@@ -1,0 +1,197 @@
+"""flinkyarn on the real local Hadoop: per-job and session clusters, as users and
+admins see them (the CLI, the ResourceManager's REST API, the YARN web proxy)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import cloudpickle
+import pyarrow.parquet as pq
+import pytest
+
+import local_hadoop
+from flinkyarn.configuration import Configuration
+from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.job import JobBuilder
+from tests import browser
+from tests.local import jobs
+from tests.local.conftest import wait_for
+from yarn_client import yarn_cluster
+from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
+
+cloudpickle.register_pickle_by_value(jobs)
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "examples"))
+import make_corpus  # noqa: E402
+
+TAG = f"flinkyarn-test-{uuid.uuid4().hex[:8]}"
+FAST = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_running(hadoop):
+    yield
+    leftovers = yarn_cluster.flinkyarn_applications(tag=TAG)
+    for app in leftovers:
+        yarn_cluster.kill(app["id"])
+    assert leftovers == [], f"applications left running: {[a['id'] for a in leftovers]}"
+
+
+def flinkyarn(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "yarn_client", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=timeout)
+
+
+def our_applications(states=("FINISHED", "FAILED", "KILLED", "RUNNING", "ACCEPTED")):
+    return yarn_cluster.flinkyarn_applications(states=states, tag=TAG)
+
+
+def upload(local: Path, hdfs_url: str) -> None:
+    subprocess.run(["hdfs", "dfs", "-mkdir", "-p", hdfs_url.rsplit("/", 1)[0]], check=True)
+    subprocess.run(["hdfs", "dfs", "-put", "-f", str(local), hdfs_url], check=True)
+
+
+def test_per_job_wordcount_on_hdfs_finishes_with_exact_output(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    make_corpus.write_corpus(corpus, 0.3, seed=11)
+    base = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
+    upload(corpus, f"{base}/in/corpus.txt")
+
+    result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--name", "wc test",
+                       "examples/wordcount.py", "--input", f"{base}/in", "--output", f"{base}/out")
+
+    assert result.returncode == 0, result.stderr[-4000:]
+    [app] = our_applications()
+    assert (app["name"], app["applicationType"]) == ("wc test", "flinkyarn")
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+    assert "FINISHED" in app["diagnostics"]
+    for phase in ("submitted", "accepted", "running", "AppMaster up"):
+        assert phase in result.stderr
+    filesystem, path = resolve(f"{base}/out")
+    table = pq.read_table(path, filesystem=filesystem)
+    expected = collections.Counter(re.findall(r"[a-z0-9]+", corpus.read_text().lower()))
+    assert dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist())) == expected
+
+
+FAILING = """
+import pyarrow as pa
+from flinkyarn import Pipeline
+
+def rows(subtask, parallelism):
+    yield pa.record_batch([pa.array([1, 2, 3])], names=["x"])
+
+def reject(batch):
+    raise ValueError("row 2 has no customer")
+
+p = Pipeline("failing job", parallelism=1)
+p.from_generator(rows).map(reject, name="validate").write_parquet("/tmp/flinkyarn-never")
+p.execute()
+"""
+
+
+def test_failing_job_fails_the_application_with_its_error(tmp_path):
+    program = tmp_path / "failing.py"
+    program.write_text(FAILING)
+    tag = f"{TAG}-fail"
+
+    result = flinkyarn("run", *FAST, "--tags", tag, str(program))  # yarn-per-job: the default here
+
+    assert result.returncode == 1
+    [app] = yarn_cluster.flinkyarn_applications(states=("FINISHED", "FAILED"), tag=tag)
+    assert app["finalStatus"] == "FAILED"
+    assert "operator 'validate': ValueError: row 2 has no customer" in app["diagnostics"]
+    assert "ValueError: row 2 has no customer" in result.stdout
+
+
+def test_requests_yarn_can_never_satisfy_are_refused_at_submit():
+    before = len(yarn_cluster.flinkyarn_applications(states=("NEW", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")))
+    too_big = flinkyarn("run", "-D", "taskmanager.memory.process.size=64 gb",
+                        "examples/two_stage_job.py")
+    assert too_big.returncode == 1
+    assert "taskmanager.memory.process.size" in too_big.stderr
+    assert "more than the 8192 MiB YARN allows" in too_big.stderr
+    bad_queue = flinkyarn("run", "--queue", "no-such-queue", "examples/two_stage_job.py")
+    assert bad_queue.returncode == 1
+    assert "unknown YARN queue 'no-such-queue'" in bad_queue.stderr
+    after = len(yarn_cluster.flinkyarn_applications(states=("NEW", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")))
+    assert after == before
+
+
+def running_containers(app_id: str) -> int:
+    import skein
+
+    from yarn_client.skein_jar import use_flinkyarn_jar
+
+    use_flinkyarn_jar()
+    with skein.Client(log=False) as client:
+        return len(client.connect(app_id).get_containers(["taskexecutor"], ["RUNNING"]))
+
+
+def waiting_job(name: str, folder: Path, parallelism: int):
+    job = JobBuilder(name)
+    job.add_vertex(name, jobs.wait_for_go(folder), parallelism=parallelism)
+    return job.build()
+
+
+def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(tmp_path):
+    conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
+                                         "resourcemanager.taskmanager-timeout": "4 s",
+                                         "taskmanager.numberOfTaskSlots": "2"})
+    deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,))).deploy("session")
+    rest, app_id = deployment.rest, deployment.app_id
+    try:
+        assert yarn_cluster.application_report(app_id)["state"] == "RUNNING"
+        first, second = tmp_path / "first", tmp_path / "second"
+        first.mkdir(), second.mkdir()
+        a = rest.submit(waiting_job("first", first, 2))
+        b = rest.submit(waiting_job("second", second, 2))
+        wait_for(lambda: all(sum(v.state_counts.get("RUNNING", 0) for v in rest.job(j).vertices) == 2
+                             for j in (a, b)), 180, "two jobs running at once")
+        assert running_containers(app_id) == 2  # two TaskExecutors of two slots
+        (first / "go").touch(), (second / "go").touch()
+        wait_for(lambda: {rest.job(j).status for j in (a, b)} == {"FINISHED"}, 60, "both finished")
+
+        third = tmp_path / "third"
+        third.mkdir()
+        (third / "go").touch()
+        c = rest.submit(waiting_job("third", third, 1))
+        wait_for(lambda: rest.job(c).status == "FINISHED", 120, "the third job")
+        # Idle TaskExecutors go after resourcemanager.taskmanager-timeout; so do their containers.
+        wait_for(lambda: running_containers(app_id) == 0, 60, "idle containers released")
+        assert rest.overview().task_executors == []
+        assert [j.status for j in rest.jobs().jobs] == ["FINISHED"] * 3
+    finally:
+        result = flinkyarn("session", "stop", app_id)
+    assert result.returncode == 0, result.stderr
+    report = yarn_cluster.application_report(app_id)
+    assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+
+
+def test_tracking_url_leads_through_the_proxy_to_the_dashboard(tmp_path):
+    conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s"})
+    deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,), name="dashboard test")) \
+        .deploy("session")
+    try:
+        folder = tmp_path / "m"
+        folder.mkdir()
+        job_id = deployment.rest.submit(waiting_job("shown on the dashboard", folder, 1))
+        wait_for(lambda: deployment.rest.job(job_id).vertices[0].state_counts.get("RUNNING") == 1,
+                 120, "the task running in a TaskExecutor container")
+        tracking = yarn_cluster.application_report(deployment.app_id)["trackingUrl"]
+        assert "/proxy/" in tracking
+
+        overview = browser.dump_dom(tracking)
+        assert "flinkyarn dashboard" in overview
+        page = browser.dump_dom(tracking.rstrip("/") + "/pages/flinkyarn/", wait_ms=4000)
+        assert "shown on the dashboard" in page and "RUNNING" in page
+        assert "taskexecutor-" in page
+        (folder / "go").touch()
+    finally:
+        flinkyarn("session", "stop", deployment.app_id)
