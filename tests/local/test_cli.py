@@ -56,7 +56,7 @@ def test_run_finishes_the_example_and_exits_0(tmp_path):
 def test_failing_job_exits_1_with_the_cause(tmp_path):
     program = tmp_path / "failing.py"
     program.write_text(FAILING_JOB)
-    result = run_cli("run", *FAST, str(program), tmp_path=tmp_path)
+    result = run_cli("run", "-t", "local", *FAST, str(program), tmp_path=tmp_path)
     assert result.returncode == 1
     assert "FAILED" in result.stdout
     assert "KeyError: \"missing column 'word'\"" in result.stdout
@@ -64,13 +64,13 @@ def test_failing_job_exits_1_with_the_cause(tmp_path):
 
 
 def test_usage_errors_exit_2_and_name_the_problem(tmp_path):
-    bad_value = run_cli("run", "-D", "heartbeat.interval=soon", "examples/two_stage_job.py",
+    bad_value = run_cli("run", "-t", "local", "-D", "heartbeat.interval=soon", "examples/two_stage_job.py",
                         tmp_path=tmp_path)
     assert bad_value.returncode == 2 and "heartbeat.interval" in bad_value.stderr
-    unknown_key = run_cli("run", "-D", "heartbeat.intervall=1 s", "examples/two_stage_job.py",
+    unknown_key = run_cli("run", "-t", "local", "-D", "heartbeat.intervall=1 s", "examples/two_stage_job.py",
                           tmp_path=tmp_path)
     assert unknown_key.returncode == 2 and "heartbeat.intervall" in unknown_key.stderr
-    missing = run_cli("run", "no/such/program.py", tmp_path=tmp_path)
+    missing = run_cli("run", "-t", "local", "no/such/program.py", tmp_path=tmp_path)
     assert missing.returncode == 2 and "no such file: no/such/program.py" in missing.stderr
     target = run_cli("run", "-t", "mars", "examples/two_stage_job.py", tmp_path=tmp_path)
     assert target.returncode == 2 and "mars" in target.stderr
@@ -80,7 +80,7 @@ def test_ctrl_c_cancels_and_leaves_nothing_running(tmp_path):
     program = tmp_path / "forever.py"
     program.write_text(LONG_JOB)
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    process = subprocess.Popen([*FLINKYARN, "run", *FAST, str(program)], cwd=REPO, env=env,
+    process = subprocess.Popen([*FLINKYARN, "run", "-t", "local", *FAST, str(program)], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: len(processes_mentioning(str(tmp_path))) >= 2, 60,

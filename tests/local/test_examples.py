@@ -67,7 +67,7 @@ def test_etl_joins_and_aggregates_exactly(tmp_path):
             csv.writer(f).writerows([header, *rows])
     out = tmp_path / "revenue"
 
-    result = flinkyarn("run", *FAST, "examples/etl.py", "--orders", str(tmp_path / "orders.csv"),
+    result = flinkyarn("run", "-t", "local", *FAST, "examples/etl.py", "--orders", str(tmp_path / "orders.csv"),
                        "--customers", str(tmp_path / "customers.csv"), "--output", str(out),
                        tmp_path=tmp_path)
 
@@ -93,7 +93,7 @@ def test_unmodified_pyspark_script_runs_as_a_job(tmp_path):
 
     # file:// URIs: like spark-submit, a script's bare paths mean fs.defaultFS (HDFS when
     # a Hadoop configuration is present, as in integration/run-tests).
-    result = flinkyarn("run", "--pyspark", *FAST, "examples/pyspark_script.py",
+    result = flinkyarn("run", "-t", "local", "--pyspark", *FAST, "examples/pyspark_script.py",
                        (tmp_path / "in.txt").as_uri(), out.as_uri(), tmp_path=tmp_path)
 
     assert result.returncode == 0, result.stderr[-3000:]
