@@ -192,6 +192,26 @@ def test_tracking_url_leads_through_the_proxy_to_the_dashboard(tmp_path):
         page = browser.dump_dom(tracking.rstrip("/") + "/pages/flinkyarn/", wait_ms=4000)
         assert "shown on the dashboard" in page and "RUNNING" in page
         assert "taskexecutor-" in page
-        (folder / "go").touch()
+
+        # What an operator does from the shell: list, cancel, read the logs.
+        listed = flinkyarn("list", deployment.app_id)
+        assert listed.returncode == 0 and f"{job_id}  RUNNING" in listed.stdout
+        cancelled = flinkyarn("cancel", deployment.app_id, job_id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        wait_for(lambda: deployment.rest.job(job_id).status == "CANCELED", 60, "the job canceled")
+        assert jobs.markers(folder, "stopped") == {"shown on the dashboard-0-0"}
+        logs = flinkyarn("logs", deployment.app_id, "--job", job_id)
+        assert logs.returncode == 0, logs.stderr
+        assert f"job {job_id} CANCELED" in logs.stdout
     finally:
         flinkyarn("session", "stop", deployment.app_id)
+
+
+def test_detached_per_job_returns_at_once_and_the_job_runs_to_the_end():
+    tag = f"{TAG}-detached"
+    result = flinkyarn("run", "--detached", *FAST, "--tags", tag, "examples/two_stage_job.py", "2")
+    assert result.returncode == 0, result.stderr
+    [app] = yarn_cluster.flinkyarn_applications(tag=tag, states=("ACCEPTED", "RUNNING", "FINISHED"))
+    assert f"runs in {app['id']}" in result.stderr
+    report = yarn_cluster.wait_for_end(app["id"], timeout=180)
+    assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
