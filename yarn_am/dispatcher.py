@@ -14,7 +14,6 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
 from flinkyarn.ids import JobID
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.service import RpcService
-from yarn_am.jobmaster.execution_graph import JobStatus
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
 from yarn_am.resourcemanager.resource_manager import ResourceManager
 

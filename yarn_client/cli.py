@@ -17,14 +17,14 @@ import click
 
 import flinkyarn
 from flinkyarn import options
-from flinkyarn.hadoop import HadoopConfigError
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
+from flinkyarn.hadoop import HadoopConfigError
 from flinkyarn.jobgraph import JobGraph
+from yarn_client import yarn_cluster
 from yarn_client.executors import ClusterExecutor
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
 from yarn_client.programs import GraphCapture, ProgramAborted, pyspark_job_graph, run_program
-from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
 from yarn_client.yarn_executors import PerJobExecutor, SessionExecutor

@@ -25,7 +25,7 @@ from typing import TextIO
 import msgspec
 
 from flinkyarn import hadoop, options
-from flinkyarn.configuration import Configuration, format_memory
+from flinkyarn.configuration import Configuration
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import FILES, ClusterSecurity
 from yarn_client.rest_client import RestClient
@@ -143,7 +143,7 @@ class YarnClusterDescriptor:
         check_request(self.yarn.queue, containers)
         use_flinkyarn_jar()
         work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
-        security = ClusterSecurity.generate(work / "security")
+        ClusterSecurity.generate(work / "security")
         # skein localizes files into the container's working folder, flat.
         files = {name: str(work / "security" / name) for name in FILES}
         if graph is not None:

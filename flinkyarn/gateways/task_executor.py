@@ -8,7 +8,7 @@ import msgspec
 
 from flinkyarn.gateways import Ack, HeartbeatRequest
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
-                           JobMasterId, JobVertexID, ResourceManagerId, SlotID)
+                           JobMasterId, JobVertexID, ResourceID, ResourceManagerId, SlotID)
 from flinkyarn.jobgraph import ResultPartitionType
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.slots import SlotReport
@@ -55,6 +55,7 @@ class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):
     parallelism: int
     attempt_number: int
     allocation_id: AllocationID
+    resource_id: ResourceID  # the TaskExecutor that holds the allocation
     invokable: bytes  # cloudpickled; unpickled only inside the TaskExecutor
     consumed_partitions: list[ConsumedPartition] = []
     produced_partitions: list[ProducedPartition] = []

@@ -8,7 +8,6 @@ import sys
 import urllib.request
 
 import grpc
-import msgspec
 import pytest
 
 from flinkyarn.gateways.resource_manager import RegisterTaskExecutor, ResourceManagerGateway

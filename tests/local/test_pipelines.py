@@ -9,7 +9,6 @@ import cloudpickle
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import pytest
 
 from flinkyarn import Pipeline
 from flinkyarn.jobgraph import ResultPartitionType, ScheduleMode

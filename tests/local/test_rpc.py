@@ -12,7 +12,7 @@ import pytest
 from flinkyarn.gateways import ACK, Ack
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
-from flinkyarn.rpc.errors import (MalformedMessage, MessageTooLarge, StaleCall, UnknownEndpoint,
+from flinkyarn.rpc.errors import (MessageTooLarge, StaleCall, UnknownEndpoint,
                                   Unreachable)
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService

@@ -4,11 +4,9 @@ admins see them (the CLI, the ResourceManager's REST API, the YARN web proxy).""
 from __future__ import annotations
 
 import collections
-import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 

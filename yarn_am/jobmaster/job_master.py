@@ -303,18 +303,10 @@ class JobMaster(RpcEndpoint):
     async def _deploy(self, command: sch.DeployTask) -> None:
         d = command.descriptor
         record = self.task_managers.get(d.resource_id)
-        wire = te.TaskDeploymentDescriptor(
-            d.job_id, d.attempt_id, d.vertex_id, d.vertex_name, d.subtask_index, d.parallelism,
-            d.attempt_number, d.allocation_id, d.invokable,
-            [te.ConsumedPartition(p.result_id, p.producer_vertex_id, p.producer_subtask_index,
-                                  p.partition_type, p.subpartition_index)
-             for p in d.consumed_partitions],
-            [te.ProducedPartition(p.result_id, p.partition_type, p.number_of_subpartitions,
-                                  p.consumer_vertex_id) for p in d.produced_partitions])
         try:
             if record is None:
                 raise RpcError(f"TaskExecutor {d.resource_id} is not connected")
-            await record.gateway.submit_task(te.SubmitTask(self.job_master_id, wire))
+            await record.gateway.submit_task(te.SubmitTask(self.job_master_id, d))
         except RpcError as error:
             self._run_scheduler(self.scheduler.task_state_changed(
                 d.attempt_id, ExecutionState.FAILED,

@@ -28,8 +28,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from flinkyarn.gateways.task_executor import (ConsumedPartition, ProducedPartition,
+                                              TaskDeploymentDescriptor)
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID,
-                           IntermediateDataSetID, JobID, JobVertexID, ResourceID)
+                           IntermediateDataSetID, JobVertexID, ResourceID)
 from flinkyarn.jobgraph import ResultPartitionType, ScheduleMode
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 from yarn_am.jobmaster.execution_graph import (DEPLOYMENT_CHAIN, ExecutionGraph,
@@ -45,47 +47,6 @@ SlotRequestId = str
 _S = ExecutionState
 _REPORTABLE = frozenset({_S.INITIALIZING, _S.RUNNING, _S.FINISHED, _S.FAILED, _S.CANCELED})
 _ON_TASK_EXECUTOR = frozenset({_S.DEPLOYING, _S.INITIALIZING, _S.RUNNING})
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumedPartition:
-    """A partition a task reads: subpartition `subpartition_index` of partition
-    `producer_subtask_index` of result_id."""
-
-    result_id: IntermediateDataSetID
-    producer_vertex_id: JobVertexID
-    producer_subtask_index: int
-    partition_type: ResultPartitionType
-    subpartition_index: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducedPartition:
-    """A partition a task writes, with one subpartition per consumer subtask it feeds
-    (in the order of those subtasks' indexes)."""
-
-    result_id: IntermediateDataSetID
-    partition_type: ResultPartitionType
-    number_of_subpartitions: int
-    consumer_vertex_id: JobVertexID
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDeploymentDescriptor:
-    """Everything a TaskExecutor needs to run one attempt of one subtask."""
-
-    job_id: JobID
-    attempt_id: ExecutionAttemptID
-    vertex_id: JobVertexID
-    vertex_name: str
-    subtask_index: int
-    parallelism: int
-    attempt_number: int
-    allocation_id: AllocationID
-    resource_id: ResourceID
-    invokable: bytes
-    consumed_partitions: tuple[ConsumedPartition, ...]
-    produced_partitions: tuple[ProducedPartition, ...]
 
 
 # ---- commands ---------------------------------------------------------------------------
@@ -357,11 +318,11 @@ class Scheduler:
             subtask_index=vertex.id.subtask_index, parallelism=job_vertex.parallelism,
             attempt_number=execution.attempt_number, allocation_id=slot.allocation_id,
             resource_id=slot.resource_id, invokable=job_vertex.invokable,
-            consumed_partitions=tuple(
+            consumed_partitions=list(
                 ConsumedPartition(p.result.id, p.result.producer, p.partition_number,
                                   p.result.partition_type, sorted(p.consumers).index(vertex.id))
                 for p in vertex.consumed_partitions),
-            produced_partitions=tuple(
+            produced_partitions=list(
                 ProducedPartition(p.result.id, p.result.partition_type, len(p.consumers),
                                   p.result.consumer)
                 for p in vertex.produced_partitions))
