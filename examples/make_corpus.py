@@ -7,6 +7,7 @@ usage: python examples/make_corpus.py OUTPUT_FILE [--megabytes N] [--seed S]
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def vocabulary(size: int, rng: random.Random) -> list[str]:
 def write_corpus(path: Path, megabytes: float, seed: int = 7, words_per_line: int = 12) -> None:
     rng = random.Random(seed)
     vocab = vocabulary(5000, rng)
-    weights = [1.0 / (rank + 1) for rank in range(len(vocab))]
+    cum_weights = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(vocab))))
     punctuation = [" ", " ", " ", ", ", ". ", "; ", " - ", "! "]
     target = int(megabytes * (1 << 20))
     written = 0
@@ -33,7 +34,7 @@ def write_corpus(path: Path, megabytes: float, seed: int = 7, words_per_line: in
         while written < target:
             lines = []
             for _ in range(1000):
-                words = rng.choices(vocab, weights, k=words_per_line)
+                words = rng.choices(vocab, cum_weights=cum_weights, k=words_per_line)
                 if rng.random() < 0.1:
                     words[0] = words[0].capitalize()
                 if rng.random() < 0.05:

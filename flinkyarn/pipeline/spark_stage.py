@@ -73,6 +73,11 @@ class SparkStage(Operator):
 
     def open(self, context: OperatorContext) -> None:
         super().open(context)
+        # The session takes seconds to start; start it while the input is still arriving,
+        # not after. The provider is thread-safe: finish() waits for this start if needed.
+        self._warm_up = threading.Thread(target=context.spark, daemon=True,
+                                         name=f"start Spark for {self.name}")
+        self._warm_up.start()
         self._inputs = [_CollectedInput(f"{self.name} input {i}", context.tmp_dir, self.schemas[i])
                         for i in range(self.num_inputs)]
 

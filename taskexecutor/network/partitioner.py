@@ -161,6 +161,13 @@ def _hash_column(column: pa.Array) -> np.ndarray:
 
 
 def _hash_values(column: pa.Array) -> np.ndarray:
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
+            or pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        # Strings become Python objects on the way to numpy; hash each distinct value
+        # once (the hash of a value does not depend on the others) and spread by index.
+        encoded = column.dictionary_encode()
+        distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
+        return pd.util.hash_array(distinct)[encoded.indices.to_numpy(zero_copy_only=False)]
     values = column.to_numpy(zero_copy_only=False)
     if values.dtype.kind == "f":
         values = values + 0.0  # -0.0 == 0.0 but their bits differ
