@@ -109,17 +109,19 @@ def test_failing_job_fails_the_application_with_its_error(tmp_path):
 
 
 def test_requests_yarn_can_never_satisfy_are_refused_at_submit():
-    before = len(yarn_cluster.flinkyarn_applications(states=("NEW", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")))
-    too_big = flinkyarn("run", "-D", "taskmanager.memory.process.size=64 gb",
+    tag = f"{TAG}-refused"
+    too_big = flinkyarn("run", "--tags", tag, "-D", "taskmanager.memory.process.size=64 gb",
                         "examples/two_stage_job.py")
     assert too_big.returncode == 1
     assert "taskmanager.memory.process.size" in too_big.stderr
     assert "more than the 8192 MiB YARN allows" in too_big.stderr
-    bad_queue = flinkyarn("run", "--queue", "no-such-queue", "examples/two_stage_job.py")
+    bad_queue = flinkyarn("run", "--tags", tag, "--queue", "no-such-queue", "examples/two_stage_job.py")
     assert bad_queue.returncode == 1
     assert "unknown YARN queue 'no-such-queue'" in bad_queue.stderr
-    after = len(yarn_cluster.flinkyarn_applications(states=("NEW", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")))
-    assert after == before
+    # Refused before submission: YARN never saw an application.
+    assert yarn_cluster.flinkyarn_applications(
+        tag=tag, states=("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED",
+                         "FAILED", "KILLED")) == []
 
 
 def running_containers(app_id: str) -> int:
