@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from taskexecutor.environment import TaskEnvironment
 
 
+# Unpickling a task's code imports the modules it refers to. Two task threads importing
+# the same package at once can see it half initialised (an ImportError naming a
+# "partially initialized module"), so tasks of one TaskExecutor unpickle one at a time.
+_unpickling = threading.Lock()
+
+
 class TaskCancelled(Exception):
     """Raised inside a task's thread when the task was asked to stop."""
 
@@ -106,7 +112,8 @@ class Task:
         name = self._thread.name
         self._report(self, TaskState.INITIALIZING, None)
         try:
-            invokable = cloudpickle.loads(self.deployment.invokable)
+            with _unpickling:
+                invokable = cloudpickle.loads(self.deployment.invokable)
             context = self.context
             context.check_cancelled()
             self._report(self, TaskState.RUNNING, None)

@@ -24,7 +24,7 @@ def test_master_script_writes_to_hdfs_and_application_succeeds(hadoop, skein_cli
                                [local_hadoop.DEFAULT_FS + path, text])
 
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app.get("diagnostics")
-    assert app["applicationType"] == "skein"
+    assert app["name"] == "flinkyarn-smoke"
     assert hdfs_cat(path) == text
 
 
