@@ -154,11 +154,38 @@ YARN_TAGS = option(
 
 # Fault tolerance
 FAILOVER_STRATEGY = option(
-    "jobmanager.execution.failover-strategy", choice("full", "region"), "region",
-    "Which tasks restart after a failure: the whole job, or only the failed pipelined region.")
+    "jobmanager.execution.failover-strategy", choice("full", "region", "restart-individual"), "region",
+    "Which tasks restart after a failure: the whole job, the failed pipelined region, or only the failed task (jobs without data exchange).")
 RESTART_STRATEGY = option(
     "restart-strategy.type", choice("none", "fixed-delay", "exponential-delay", "failure-rate"), "none",
     "How a failed job restarts: never, after a fixed delay, after a growing delay, or while failures stay rare.")
+FIXED_DELAY_ATTEMPTS = option(
+    "restart-strategy.fixed-delay.attempts", integer(0), "1",
+    "fixed-delay: how many restarts are attempted before the job is declared failed.")
+FIXED_DELAY_DELAY = option(
+    "restart-strategy.fixed-delay.delay", DURATION, "1 s",
+    "fixed-delay: pause between a failure and the restart it causes.")
+EXPONENTIAL_DELAY_INITIAL_BACKOFF = option(
+    "restart-strategy.exponential-delay.initial-backoff", DURATION, "1 s",
+    "exponential-delay: pause before the first restart, and after a reset.")
+EXPONENTIAL_DELAY_MAX_BACKOFF = option(
+    "restart-strategy.exponential-delay.max-backoff", DURATION, "5 min",
+    "exponential-delay: the pause between restarts never grows beyond this.")
+EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER = option(
+    "restart-strategy.exponential-delay.backoff-multiplier", POSITIVE_FLOAT, "2.0",
+    "exponential-delay: factor the pause is multiplied by after each failure (at least 1).")
+EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD = option(
+    "restart-strategy.exponential-delay.reset-backoff-threshold", DURATION, "1 h",
+    "exponential-delay: after this long without a failure (past the last pause), the pause goes back to initial-backoff.")
+FAILURE_RATE_MAX_FAILURES_PER_INTERVAL = option(
+    "restart-strategy.failure-rate.max-failures-per-interval", integer(1), "1",
+    "failure-rate: most restarts within one failure-rate-interval before the job is declared failed.")
+FAILURE_RATE_INTERVAL = option(
+    "restart-strategy.failure-rate.failure-rate-interval", DURATION, "1 min",
+    "failure-rate: the time window in which failures are counted.")
+FAILURE_RATE_DELAY = option(
+    "restart-strategy.failure-rate.delay", DURATION, "1 s",
+    "failure-rate: pause between a failure and the restart it causes.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,11 @@ from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex, ResultPartitionType
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 from yarn_am.jobmaster.execution_graph import (ExecutionGraph, ExecutionState,
                                                IllegalStateTransition, JobStatus)
+from yarn_am.jobmaster.restart_strategy import FixedDelayRestartBackoffTimeStrategy
 from yarn_am.jobmaster.scheduler import (CancelSlotRequest, CancelTask, DeployTask,
-                                         JobTerminated, ReleaseSlot, RequestSlot, Scheduler,
-                                         SlotInfo, TaskDeploymentDescriptor)
+                                         JobTerminated, ReleaseSlot, RequestSlot,
+                                         ScheduleRestart, Scheduler, SlotInfo,
+                                         TaskDeploymentDescriptor)
 
 S = ExecutionState
 BLOCKING = ResultPartitionType.BLOCKING
@@ -404,3 +406,316 @@ def test_start_twice_is_a_programming_error():
 
     with pytest.raises(IllegalStateTransition):
         c.s.start(1.0)
+
+
+# ---- restarts -------------------------------------------------------------------------------
+
+class Restarts(Cluster):
+    """A Cluster whose SlotPool hands out a new slot for every request (a released slot
+    asked for again included), and whose JobMaster calls restart_due when told to."""
+
+    def __init__(self, s: Scheduler) -> None:
+        super().__init__(s)
+        self.allocations = 0
+
+    def assign(self, commands) -> list:
+        out = []
+        for request in of(commands, RequestSlot):
+            n = self.allocations
+            self.allocations += 1
+            slot = SlotInfo(AllocationID(f"alloc-{n}"), ResourceID(f"te-{n}"), 0, f"te-{n}:1")
+            self.slots[request.request_id] = slot
+            out += self.s.slot_assigned(request.request_id, slot, self.now)
+        self.record(commands + out)
+        return out
+
+    def restart_due(self, commands) -> list:
+        """The delay of the one ScheduleRestart in `commands` passes; slots it asks for
+        are assigned. Returns every command that followed."""
+        [restart] = of(commands, ScheduleRestart)
+        self.now += restart.delay
+        out = self.s.restart_due(restart.token, self.now)
+        self.record(out)
+        return out + self.assign(out)
+
+    def attempt(self, evid: ExecutionVertexID):
+        return self.s.execution_graph.vertex(evid).current_execution
+
+
+def restartable(vertices, edges=(), mode=EAGER, failover="full", attempts=2,
+                delay=5.0) -> tuple[Restarts, list]:
+    s = Scheduler(ExecutionGraph(JobGraph(JobID("job"), "test", vertices, list(edges), mode)),
+                  failover, FixedDelayRestartBackoffTimeStrategy(attempts, delay))
+    c = Restarts(s)
+    commands = s.start(0.0)
+    return c, commands + c.assign(commands)
+
+
+def test_without_a_restart_strategy_the_first_failure_still_fails_the_job():
+    c, _ = started([vertex("a", 1)])
+    c.assign([RequestSlot("default/0", UNKNOWN)])
+
+    out = c.report(ev("a", 0), S.FAILED, "boom")
+
+    assert out[-1] == JobTerminated(JobStatus.FAILED, c.s.failure_cause)
+    assert of(out, ScheduleRestart) == [] and c.s.restarts == 0
+    assert c.s.root_cause == c.s.failure_cause == "A (1/1) failed: boom"
+
+
+def test_fixed_delay_2_survives_two_failures_and_fails_on_the_third_with_its_cause():
+    c, _ = restartable([vertex("a", 2)], attempts=2, delay=5.0)
+
+    for n in (1, 2):
+        c.report(ev("a", 0), S.RUNNING)
+        c.report(ev("a", 1), S.RUNNING)
+        out = c.report(ev("a", 0), S.FAILED, f"boom {n}")
+
+        assert c.s.job_status is JobStatus.RUNNING and c.s.restarts == n
+        assert of(out, CancelTask) == [CancelTask(c.deployed[ev("a", 1)].attempt_id,
+                                                  c.slots["default/1"].resource_id,
+                                                  c.slots["default/1"].allocation_id,
+                                                  c.slots["default/1"].task_executor_address)]
+        assert out[-1] == ScheduleRestart(5.0, n) and of(out, JobTerminated) == []
+        assert c.report(ev("a", 1), S.CANCELED) == [ReleaseSlot("default/1")]
+        redeployed = c.restart_due(out)
+        assert sorted((d.descriptor.subtask_index, d.descriptor.attempt_number)
+                      for d in of(redeployed, DeployTask)) == [(0, n), (1, n)]
+    c.report(ev("a", 1), S.RUNNING)
+
+    out = c.report(ev("a", 1), S.FAILED, "boom 3")
+
+    assert of(out, ScheduleRestart) == [] and c.s.job_status is JobStatus.FAILING
+    last = c.report(ev("a", 0), S.CANCELED)
+    assert last[-1] == JobTerminated(JobStatus.FAILED, "A (2/2) failed: boom 3")
+    assert c.s.root_cause == "A (2/2) failed: boom 3"
+    assert [(r.number, r.failed_task, r.cause) for r in c.s.restart_records()] == [
+        (1, "A (1/2)", "A (1/2) failed: boom 1"), (2, "A (1/2)", "A (1/2) failed: boom 2")]
+    assert c.s.restart_records()[0].restarted == (ev("a", 0), ev("a", 1))
+
+
+def test_restarted_attempts_have_new_ids_and_numbers_and_stale_reports_are_ignored():
+    c, _ = restartable([vertex("a", 1)], attempts=5)
+    old = c.deployed[ev("a", 0)].attempt_id
+    out = c.report(ev("a", 0), S.FAILED, "boom")
+    c.restart_due(out)
+
+    new = c.deployed[ev("a", 0)]
+    assert new.attempt_id != old and new.attempt_number == 1
+    assert c.attempt(ev("a", 0)).attempt_id == new.attempt_id
+    assert [e.attempt_id for e in c.s.execution_graph.vertex(ev("a", 0)).prior_executions] == [old]
+    for state in (S.RUNNING, S.FINISHED, S.FAILED, S.CANCELED):
+        assert c.s.task_state_changed(old, state, "late news", 99.0) == []
+    assert c.state(ev("a", 0)) is S.DEPLOYING and c.s.restarts == 1
+
+    assert c.finish(ev("a", 0))[-1] == JobTerminated(JobStatus.FINISHED, None)
+
+
+def test_the_restart_waits_for_the_delay_and_for_every_cancellation():
+    c, _ = restartable([vertex("a", 2)])
+    c.report(ev("a", 1), S.RUNNING)
+    out = c.report(ev("a", 0), S.FAILED, "boom")
+    [schedule] = of(out, ScheduleRestart)
+    assert c.s.pending_restarts == 1
+
+    assert c.s.restart_due(schedule.token, 10.0) == []  # a#1 is still being cancelled
+    assert c.s.restart_due(schedule.token, 11.0) == []  # already due: nothing more
+
+    after = c.report(ev("a", 1), S.CANCELED)
+    # a#0's slot went back at the failure and is asked for again; a#1's is still held
+    assert of(after, RequestSlot) == [RequestSlot("default/0", UNKNOWN)]
+    [deploy] = of(after, DeployTask)
+    assert (deploy.descriptor.subtask_index, deploy.descriptor.attempt_number) == (1, 1)
+    assert deploy.descriptor.allocation_id == c.slots["default/1"].allocation_id
+    assert of(after, ReleaseSlot) == [] and c.s.pending_restarts == 0
+
+
+def test_cancel_during_a_pending_restart_ends_canceled_and_the_restart_never_happens():
+    c, _ = restartable([vertex("a", 2)])
+    out = c.report(ev("a", 0), S.FAILED, "boom")
+    [schedule] = of(out, ScheduleRestart)
+
+    cancelled = c.s.cancel(20.0)
+
+    assert of(cancelled, CancelTask) == []  # a#1 is already being cancelled
+    last = c.report(ev("a", 1), S.CANCELED)
+    assert last[-1] == JobTerminated(JobStatus.CANCELED, None)
+    assert c.s.restart_due(schedule.token, 30.0) == []
+    assert c.s.job_status is JobStatus.CANCELED and c.s.pending_restarts == 0
+
+
+def test_a_restart_due_after_the_job_failed_does_nothing():
+    c, _ = restartable([vertex("a", 2)], failover="region", attempts=1)
+    first = c.report(ev("a", 0), S.FAILED, "one")  # a#1 is a region of its own: runs on
+    [schedule] = of(first, ScheduleRestart)
+
+    final = c.report(ev("a", 1), S.FAILED, "two")
+
+    assert final[-1] == JobTerminated(JobStatus.FAILED, "A (2/2) failed: two")
+    assert c.s.restart_due(schedule.token, 50.0) == [] and c.s.pending_restarts == 0
+    assert c.state(ev("a", 0)) is S.FAILED  # not restarted
+
+
+def test_region_failover_restarts_only_the_failed_region():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b")),   # pipelined: region {a, b}
+             JobEdge(JobVertexID("c"), JobVertexID("d"))]   # pipelined: region {c, d}
+    c, _ = restartable([vertex("a", 1), vertex("b", 1), vertex("c", 1, group=None),
+                        vertex("d", 1, group=None)], edges, failover="region")
+    for name in "abcd":
+        c.report(ev(name, 0), S.RUNNING)
+    c_attempt = c.attempt(ev("c", 0))
+
+    out = c.report(ev("b", 0), S.FAILED, "boom")
+
+    [record] = c.s.restart_records()
+    assert record.restarted == (ev("a", 0), ev("b", 0)) and record.failed_task == "B (1/1)"
+    assert [t.attempt_id for t in of(out, CancelTask)] == [c.deployed[ev("a", 0)].attempt_id]
+    assert c.attempt(ev("c", 0)) is c_attempt and c.state(ev("c", 0)) is S.RUNNING
+    c.report(ev("a", 0), S.CANCELED)
+    redeployed = c.restart_due(out)
+    assert {(d.descriptor.vertex_id, d.descriptor.attempt_number)
+            for d in of(redeployed, DeployTask)} == {("a", 1), ("b", 1)}
+    assert c.attempt(ev("d", 0)).attempt_number == 0
+
+
+def test_a_consumer_region_restarts_alone_and_reads_the_kept_blocking_result_again():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, _ = restartable([vertex("a", 2), vertex("b", 2)], edges, mode=LAZY, failover="region")
+    c.finish(ev("a", 0))
+    c.finish(ev("a", 1))
+    c.report(ev("b", 1), S.RUNNING)
+
+    out = c.report(ev("b", 0), S.FAILED, "ValueError: bad record")
+
+    assert c.s.restart_records()[0].restarted == (ev("b", 0),)
+    assert of(out, CancelTask) == [] and ReleaseSlot("default/0") in out
+    redeployed = c.restart_due(out)
+    # its shared slot was given back meanwhile: asked for again, then deployed into
+    assert of(redeployed, RequestSlot) == [RequestSlot("default/0", UNKNOWN)]
+    assert [(d.descriptor.vertex_id, d.descriptor.subtask_index, d.descriptor.attempt_number)
+            for d in of(redeployed, DeployTask)] == [("b", 0, 1)]
+    assert c.attempt(ev("a", 0)).attempt_number == 0  # the producer did not re-run
+    c.finish(ev("b", 1))
+    assert c.finish(ev("b", 0))[-1] == JobTerminated(JobStatus.FINISHED, None)
+
+
+def test_a_restarted_task_deploys_into_the_shared_slot_its_group_still_holds():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, _ = restartable([vertex("a", 1), vertex("b", 1)], edges, mode=EAGER, failover="region")
+    c.report(ev("a", 0), S.RUNNING)  # b waits for a's blocking output, deployed already
+
+    out = c.report(ev("b", 0), S.FAILED, "boom")
+    redeployed = c.restart_due(out)
+
+    assert of(out, ReleaseSlot) == [] and of(redeployed, RequestSlot) == []
+    [deploy] = of(redeployed, DeployTask)
+    assert deploy.descriptor.allocation_id == c.slots["default/0"].allocation_id
+    assert c.attempt(ev("a", 0)).attempt_number == 0
+
+
+def test_a_partition_read_failure_reruns_the_producer_first():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, _ = restartable([vertex("a", 2), vertex("b", 1, group=None)], edges, mode=LAZY,
+                       failover="region")
+    c.finish(ev("a", 0))
+    c.finish(ev("a", 1))
+    c.assign([RequestSlot("b#0", UNKNOWN)])
+    c.report(ev("b", 0), S.RUNNING)
+    result = c.s.execution_graph.results()[0].id
+
+    out = c.report(ev("b", 0), S.FAILED,
+                   f"PartitionFailed: subpartition 0 of result partition {result}#1 of job job: "
+                   "the producer's TaskExecutor at te-1:1 is unreachable")
+
+    assert c.s.restart_records()[0].restarted == (ev("a", 1), ev("b", 0))
+    redeployed = c.restart_due(out)
+    assert [(d.descriptor.vertex_id, d.descriptor.subtask_index)
+            for d in of(redeployed, DeployTask)] == [("a", 1)]  # b waits for a#1 again
+    assert c.state(ev("b", 0)) is S.CREATED and c.attempt(ev("a", 0)).attempt_number == 0
+    after = c.finish(ev("a", 1))
+    assert [(d.descriptor.vertex_id, d.descriptor.attempt_number)
+            for d in of(after, DeployTask) + of(c.assign(after), DeployTask)] == [("b", 1)]
+
+
+def test_outputs_lost_with_a_task_executor_rerun_with_the_consumer_that_needs_them():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, _ = restartable([vertex("a", 2), vertex("b", 1, group=None)], edges, mode=LAZY,
+                       failover="region")
+    c.finish(ev("a", 0))
+    c.finish(ev("a", 1))
+    c.assign([RequestSlot("b#0", UNKNOWN)])
+    lost_te = c.attempt(ev("a", 0)).slot.resource_id
+
+    assert c.s.task_executor_lost(lost_te, 9.0) == []
+    c.report(ev("b", 0), S.FAILED, "PartitionNotFound: not registered within 60 s")
+
+    assert c.s.restart_records()[0].restarted == (ev("a", 0), ev("b", 0))
+
+
+def test_a_later_failure_takes_over_the_subtasks_of_a_pending_restart():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING,
+                     deterministic=False)]
+    c, _ = restartable([vertex("a", 1), vertex("b", 2)], edges, mode=LAZY, failover="region",
+                       attempts=5)
+    c.finish(ev("a", 0))
+    c.assign([RequestSlot("default/1", UNKNOWN)])
+    first = c.report(ev("b", 0), S.FAILED, "boom")                  # restarts b#0
+    second = c.report(ev("b", 1), S.FAILED, "PartitionNotFound: x")  # a#0 and all of b
+
+    assert c.s.restart_records()[1].restarted == (ev("a", 0), ev("b", 0), ev("b", 1))
+    assert c.restart_due(first) == []  # b#0 is the second restart's now
+    assert c.state(ev("b", 0)) is S.FAILED and c.attempt(ev("b", 0)).attempt_number == 0
+    redeployed = c.restart_due(second)
+    assert [(d.descriptor.vertex_id, d.descriptor.attempt_number)
+            for d in of(redeployed, DeployTask)] == [("a", 1)]
+    after = c.finish(ev("a", 0))
+    deployed = of(after, DeployTask) + of(c.assign(after), DeployTask)
+    assert sorted((d.descriptor.subtask_index, d.descriptor.attempt_number)
+                  for d in deployed) == [(0, 1), (1, 1)]
+
+
+def test_a_restarted_consumer_waits_while_its_producer_waits_for_its_own_restart():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, _ = restartable([vertex("a", 2), vertex("b", 2)], edges, mode=LAZY, failover="region",
+                       attempts=5)
+    c.finish(ev("a", 0))
+    c.finish(ev("a", 1))
+    result = c.s.execution_graph.results()[0].id
+    first = c.report(ev("b", 0), S.FAILED, "boom")  # b#0 only: a's output is kept
+    second = c.report(ev("b", 1), S.FAILED,        # a#1's output is gone
+                      f"PartitionNotFound: result partition {result}#1 of job job")
+    assert c.s.restart_records()[1].restarted == (ev("a", 1), ev("b", 1))
+
+    # b#0's restart comes first; a#1 is finished but about to re-run: b#0 must not read it
+    assert of(c.restart_due(first), DeployTask) == []
+    assert c.state(ev("b", 0)) is S.CREATED
+    assert [d.descriptor.vertex_id for d in of(c.restart_due(second), DeployTask)] == ["a"]
+    after = c.finish(ev("a", 1))
+    assert sorted(d.descriptor.subtask_index
+                  for d in of(after, DeployTask) + of(c.assign(after), DeployTask)) == [0, 1]
+
+
+def test_restart_individual_restarts_one_task_and_refuses_a_job_with_edges():
+    c, _ = restartable([vertex("a", 2)], failover="restart-individual")
+    c.report(ev("a", 1), S.RUNNING)
+
+    out = c.report(ev("a", 0), S.FAILED, "boom")
+
+    assert of(out, CancelTask) == [] and c.s.restart_records()[0].restarted == (ev("a", 0),)
+    redeployed = c.restart_due(out)
+    assert [d.descriptor.subtask_index for d in of(redeployed, DeployTask)] == [0]
+    with pytest.raises(ValueError, match="'jobmanager.execution.failover-strategy'"):
+        scheduler_with = Scheduler(ExecutionGraph(JobGraph(
+            JobID("job"), "test", [vertex("a", 1), vertex("b", 1)],
+            [JobEdge(JobVertexID("a"), JobVertexID("b"))])), "restart-individual")
+        del scheduler_with
+
+
+def test_one_slot_loss_is_one_failure():
+    c, _ = restartable([vertex("a", 2), vertex("b", 2)],
+                       [JobEdge(JobVertexID("a"), JobVertexID("b"))], attempts=1)
+
+    out = c.s.slot_lost("default/0", "TaskExecutor te-0 lost", 3.0)
+
+    assert c.s.restarts == 1 and len(of(out, ScheduleRestart)) == 1
+    assert c.s.job_status is JobStatus.RUNNING
+    assert "te-0 lost" in c.s.root_cause

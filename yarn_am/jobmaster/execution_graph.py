@@ -19,7 +19,7 @@ from typing import Iterator
 
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID,
                            IntermediateDataSetID, JobID, JobVertexID, ResourceID, new_id)
-from flinkyarn.jobgraph import (DistributionPattern, JobGraph, JobVertex,
+from flinkyarn.jobgraph import (DistributionPattern, JobEdge, JobGraph, JobVertex,
                                 ResultPartitionType, ScheduleMode)
 
 
@@ -82,7 +82,8 @@ class JobStatus(str, enum.Enum):
         CREATED | RUNNING | FAILING -> CANCELLING -> CANCELED
 
     CREATED -> CANCELLING is Flink's: a job cancelled before it started. RESTARTING
-    exists for the restart strategies to come and has no transitions yet. FINISHED,
+    has no transitions: the Scheduler keeps a restarting job RUNNING (its pending
+    restarts are its own state; see scheduler.py). FINISHED,
     FAILED and CANCELED are terminal (globally: the job will not run again).
     """
 
@@ -181,6 +182,8 @@ class IntermediateResult:
     consumer: JobVertexID
     partition_type: ResultPartitionType
     distribution: DistributionPattern
+    # The JobEdge's: whether a re-run producer sends each record to the same consumer.
+    deterministic: bool = True
     partitions: list[IntermediateResultPartition] = field(default_factory=list)
 
 
@@ -299,8 +302,7 @@ class ExecutionGraph:
                 ejv.task_vertices.append(ExecutionVertex(evid, job_vertex, execution))
             self._job_vertices[job_vertex.id] = ejv
         for position, edge in enumerate(job_graph.edges):
-            self._connect(position, edge.source, edge.target, edge.distribution,
-                          edge.partition_type)
+            self._connect(position, edge)
         self._regions = _pipelined_regions(self)
         self._region_index = {evid: region for region in self._regions for evid in region}
 
@@ -400,13 +402,13 @@ class ExecutionGraph:
         self._executions[execution.attempt_id] = execution
         return execution
 
-    def _connect(self, position: int, source: JobVertexID, target: JobVertexID,
-                 distribution: DistributionPattern,
-                 partition_type: ResultPartitionType) -> None:
+    def _connect(self, position: int, edge: JobEdge) -> None:
+        source, target, distribution = edge.source, edge.target, edge.distribution
         # Deterministic, so that a restarted JobMaster names the same results.
         result_id = IntermediateDataSetID(
             uuid.uuid5(uuid.NAMESPACE_OID, f"{self.job_id}/{position}/{source}/{target}").hex)
-        result = IntermediateResult(result_id, source, target, partition_type, distribution)
+        result = IntermediateResult(result_id, source, target, edge.partition_type,
+                                    distribution, edge.deterministic)
         self._results[result_id] = result
         producer, consumer = self._job_vertices[source], self._job_vertices[target]
         producer.produced_results.append(result)

@@ -21,11 +21,41 @@ any of them is unknown. A shared slot lives through
 and stays ALLOCATED while any of its subtasks is not terminal, so with lazy scheduling
 a consumer is deployed straight into the slot its producer finished in. Slot events
 name requests by id; an id the scheduler never issued raises KeyError (a caller bug).
+
+Failures and restarts. A task failure is a FAILED report (also a failed deployment,
+which the JobMaster reports as FAILED), a lost slot with tasks deployed in it, or a
+failed slot request with tasks waiting for it; the tasks failed by one event are one
+failure. For each failure, while the job is RUNNING:
+
+    1. root_cause becomes "<task> failed: <error>"; the restart strategy is notified.
+    2. The strategy says no: today's path. The job goes FAILING with this cause, every
+       task is cancelled, FAILED once all are terminal.
+    3. It says yes: the failover strategy names the subtasks to restart (those still
+       CREATED are left alone); a RestartRecord is kept. Their tasks are cancelled
+       (CancelTask; never deployed ones at once), and ScheduleRestart(delay, token) is
+       emitted. The JobMaster calls restart_due(token, now) `delay` seconds later; the
+       restart happens then, or when the last of the subtasks becomes terminal if that
+       is later (Flink's DefaultScheduler: the delay runs while the tasks cancel). The
+       subtasks get new attempts (reset_for_new_execution: new attempt id, attempt
+       number + 1), and are scheduled as at start: EAGER at once, LAZY region by region
+       once their blocking inputs are complete again. Their shared slots are requested
+       again if they were released meanwhile.
+
+The job stays RUNNING through restarts (JobStatus.RESTARTING is not used: the pending
+restarts are this Scheduler's state, see pending_restarts). A later failure whose set
+overlaps a pending restart takes its subtasks over (Flink's vertex versioning): the
+older restart, when due, restarts only the subtasks still its own. A failure of kind
+PARTITION (failover_strategy.classify_failure: the text names PartitionNotFound,
+PartitionFailed or "unreachable") marks the partitions it names lost; so does
+task_executor_lost for the finished subtasks whose output that TaskExecutor kept. Lost
+outputs make the region strategy re-run their producers. cancel() and a job failure
+drop every pending restart: a restart_due for it afterwards returns nothing.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from flinkyarn.gateways.task_executor import (ConsumedPartition, ProducedPartition,
@@ -34,13 +64,22 @@ from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID,
                            IntermediateDataSetID, JobVertexID, ResourceID)
 from flinkyarn.jobgraph import ResultPartitionType, ScheduleMode
 from flinkyarn.resources import UNKNOWN, ResourceProfile
+from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.execution_graph import (DEPLOYMENT_CHAIN, ExecutionGraph,
-                                               ExecutionState, ExecutionVertex, JobStatus,
-                                               SlotInfo)
+                                               ExecutionState, ExecutionVertex,
+                                               IntermediateResult, JobStatus, SlotInfo)
+from yarn_am.jobmaster.failover_strategy import FailoverStrategy, FailureKind
+from yarn_am.jobmaster.restart_strategy import (NoRestartBackoffTimeStrategy,
+                                                RestartBackoffTimeStrategy)
 
 __all__ = ["CancelSlotRequest", "CancelTask", "Command", "ConsumedPartition", "DeployTask",
-           "JobTerminated", "ProducedPartition", "ReleaseSlot", "RequestSlot", "Scheduler",
-           "SlotInfo", "SlotRequestId", "TaskDeploymentDescriptor", "VertexSummary"]
+           "JobTerminated", "ProducedPartition", "ReleaseSlot", "RequestSlot",
+           "RestartRecord", "ScheduleRestart", "Scheduler", "SlotInfo", "SlotRequestId",
+           "TaskDeploymentDescriptor", "VertexSummary"]
+
+RESTART_HISTORY_SIZE = 16
+"""How many RestartRecords a Scheduler keeps (the latest); as Flink's default
+web.exception-history-size. `restarts` counts them all."""
 
 SlotRequestId = str
 
@@ -94,6 +133,15 @@ class CancelTask:
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleRestart:
+    """Call restart_due(token, now) on the JobMaster's loop `delay` seconds from now
+    (no earlier). Drop the timer when the job terminates; a stale token is harmless."""
+
+    delay: float
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobTerminated:
     """The job reached a globally terminal status; always the last command."""
 
@@ -101,7 +149,24 @@ class JobTerminated:
     cause: str | None
 
 
-Command = RequestSlot | CancelSlotRequest | ReleaseSlot | DeployTask | CancelTask | JobTerminated
+Command = (RequestSlot | CancelSlotRequest | ReleaseSlot | DeployTask | CancelTask
+           | ScheduleRestart | JobTerminated)
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRecord:
+    """One restart decided after a failure, as the REST API shows it.
+
+    `at` is the Scheduler's `now` of the failure (monotonic seconds: convert to wall
+    time where it is shown); `restarted` the subtasks restarted, in topological order;
+    `failed_task` the task name of the (first) failed subtask, "NAME (i/n)"."""
+
+    number: int
+    at: float
+    cause: str
+    restarted: tuple[ExecutionVertexID, ...]
+    failed_task: str
+    delay: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,23 +196,52 @@ class _SharedSlot:
     slot: SlotInfo | None = None
 
 
+@dataclass(eq=False, slots=True)
+class _PendingRestart:
+    token: int
+    vertices: list[ExecutionVertexID]  # topological order; some may be taken over later
+    due: bool = False  # restart_due came; waits for the last subtask to be terminal
+
+
 class Scheduler:
     """Schedules one job's ExecutionGraph; see the module docstring for the contract.
 
     Lifecycle decisions (JobStatus): start() RUNNING; all subtasks FINISHED -> FINISHED;
-    the first task failure -> FAILING, every other task cancelled, FAILED once all are
-    terminal (restart strategies come later); cancel() -> CANCELLING, CANCELED once all
-    are terminal. JobTerminated is emitted exactly once.
+    a task failure the restart strategy does not allow to restart -> FAILING, every
+    other task cancelled, FAILED once all are terminal; a failure it allows: restart
+    (module docstring), the job stays RUNNING; cancel() -> CANCELLING, CANCELED once
+    all are terminal. JobTerminated is emitted exactly once.
+
+    `failover` is a failover strategy or its option value (full, region,
+    restart-individual); it is validated here, so a job it cannot serve is refused with
+    ValueError when the JobMaster builds its Scheduler. `restart_strategy` is this job's
+    own (strategies keep failure history); the default never restarts.
     """
 
-    def __init__(self, execution_graph: ExecutionGraph) -> None:
+    def __init__(self, execution_graph: ExecutionGraph,
+                 failover: str | FailoverStrategy = "full",
+                 restart_strategy: RestartBackoffTimeStrategy | None = None) -> None:
         self._graph = execution_graph
+        self._failover = (failover_strategy.create(failover) if isinstance(failover, str)
+                          else failover)
+        self._failover.validate(execution_graph)
+        self._restart_strategy = restart_strategy or NoRestartBackoffTimeStrategy()
         self._slots: dict[SlotRequestId, _SharedSlot] = {}
         self._slot_of: dict[ExecutionVertexID, _SharedSlot] = {}
         self._assign_shared_slots()
+        self._order = {v.id: n for n, v in enumerate(execution_graph.execution_vertices())}
         self._regions = execution_graph.pipelined_regions()
+        self._region_index = {evid: n for n, region in enumerate(self._regions)
+                              for evid in region}
         self._region_inputs = [self._blocking_inputs(region) for region in self._regions]
         self._scheduled_regions: set[int] = set()
+        self._pending: dict[int, _PendingRestart] = {}
+        self._restart_owner: dict[ExecutionVertexID, int] = {}  # subtask -> its token
+        self._next_token = 1
+        self._lost_outputs: set[ExecutionVertexID] = set()
+        self._restarts = 0
+        self._restart_records: list[RestartRecord] = []
+        self._root_cause: str | None = None
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -184,9 +278,9 @@ class Scheduler:
 
     def slot_lost(self, request_id: SlotRequestId, cause: str, now: float) -> list[Command]:
         """An allocated slot is gone (TaskExecutor lost, slot taken back): the subtasks
-        deployed in it fail. Its subtasks not yet scheduled will ask for a new slot.
-        (Outputs of finished subtasks lost with their TaskExecutor are for the partition
-        tracker and failover strategies to come.)"""
+        deployed in it fail (one failure). Its subtasks not yet scheduled will ask for a
+        new slot. Outputs of finished subtasks lost with their TaskExecutor are
+        task_executor_lost's business: call it first."""
         shared = self._slots[request_id]
         if shared.state is not _SlotState.ALLOCATED:
             return []
@@ -225,12 +319,39 @@ class Scheduler:
         return commands + self._settle(now)
 
     def cancel(self, now: float) -> list[Command]:
-        """The user cancels the job: every task is cancelled; CANCELED once all are
-        terminal. Idempotent; a job already terminal stays as it is."""
+        """The user cancels the job: every task is cancelled, pending restarts are
+        dropped; CANCELED once all are terminal. Idempotent; a job already terminal
+        stays as it is."""
         if self._graph.status.is_terminal or self._graph.status is JobStatus.CANCELLING:
             return []
         self._graph.transition_to(JobStatus.CANCELLING, now)
+        self._drop_pending_restarts()
         return self._cancel_all(now) + self._settle(now)
+
+    def restart_due(self, token: int, now: float) -> list[Command]:
+        """The delay of ScheduleRestart(token) has passed: restart its subtasks (new
+        attempts, scheduled as at start) once all of them are terminal; at once if they
+        are. A token that is not pending (job cancelled or failed meanwhile, already
+        due) returns nothing."""
+        pending = self._pending.get(token)
+        if pending is None or pending.due:
+            return []
+        pending.due = True
+        return self._settle(now)
+
+    def task_executor_lost(self, resource_id: ResourceID, now: float) -> list[Command]:
+        """The TaskExecutor is gone, and with it the blocking partitions it kept for
+        FINISHED subtasks: they are marked lost, so a region restart re-runs their
+        producers. Call it before the slot losses of that TaskExecutor. Restarts nothing
+        by itself (as Flink, the consumers that need the data fail reading it): returns
+        no commands today."""
+        for vertex in self._graph.execution_vertices():
+            execution = vertex.current_execution
+            if execution.state is _S.FINISHED and execution.slot is not None \
+                    and execution.slot.resource_id == resource_id \
+                    and vertex.produced_partitions:
+                self._lost_outputs.add(vertex.id)
+        return []
 
     # ---- queries ------------------------------------------------------------------------
 
@@ -244,7 +365,28 @@ class Scheduler:
 
     @property
     def failure_cause(self) -> str | None:
+        """Why the job FAILED (set when it starts FAILING)."""
         return self._graph.failure_cause
+
+    @property
+    def root_cause(self) -> str | None:
+        """The latest failure handled while RUNNING, "<task> failed: <error>"; None
+        before any. Failures while FAILING or CANCELLING are consequences, not causes."""
+        return self._root_cause
+
+    @property
+    def restarts(self) -> int:
+        """How many restarts were decided (Flink's numRestarts)."""
+        return self._restarts
+
+    def restart_records(self) -> list[RestartRecord]:
+        """The latest RESTART_HISTORY_SIZE restarts, oldest first."""
+        return list(self._restart_records)
+
+    @property
+    def pending_restarts(self) -> int:
+        """Restarts decided and not yet carried out (the job is restarting)."""
+        return len(self._pending)
 
     def vertex_states(self) -> dict[JobVertexID, dict[ExecutionState, int]]:
         return {v.id: v.state_counts() for v in self._graph.vertices_in_topological_order()}
@@ -287,11 +429,18 @@ class Scheduler:
         ready: set[ExecutionVertexID] = set()
         for index, region in enumerate(self._regions):
             if index not in self._scheduled_regions and all(
-                    self._graph.is_result_complete(r) for r in self._region_inputs[index]):
+                    self._result_ready(self._graph.result(r))
+                    for r in self._region_inputs[index]) and all(
+                    self._graph.vertex(evid).state is _S.CREATED for evid in region):
                 self._scheduled_regions.add(index)
                 ready |= region
         return self._schedule([v.id for v in self._graph.execution_vertices() if v.id in ready],
                               now)
+
+    def _result_ready(self, result: IntermediateResult) -> bool:
+        """Every producer FINISHED and none about to re-run."""
+        return all(self._graph.vertex(p.producer).state is _S.FINISHED
+                   and p.producer not in self._restart_owner for p in result.partitions)
 
     def _schedule(self, evids: list[ExecutionVertexID], now: float) -> list[Command]:
         """CREATED -> SCHEDULED; request missing slots, deploy into slots already held."""
@@ -330,29 +479,90 @@ class Scheduler:
 
     def _fail_tasks(self, evids: list[ExecutionVertexID], error: str,
                     now: float) -> list[Command]:
-        """The attempts of `evids` failed with `error`; the first failure fails the job."""
-        first: ExecutionVertex | None = None
+        """The attempts of `evids` failed with `error`: one failure, handled as the
+        module docstring says. An attempt being cancelled just ends CANCELED."""
+        failed: list[ExecutionVertex] = []
         for evid in evids:
             vertex = self._graph.vertex(evid)
             if vertex.state is _S.CANCELING:
                 vertex.current_execution.transition(_S.CANCELED, now)
                 continue
             vertex.current_execution.transition(_S.FAILED, now, failure_cause=error)
-            first = first or vertex
-        if first is None:
+            failed.append(vertex)
+        if not failed or self._graph.status is not JobStatus.RUNNING:
             return self._settle(now)
-        return self._fail_job(f"{first.task_name} failed: {error}", now)
+        cause = f"{failed[0].task_name} failed: {error}"
+        self._root_cause = cause
+        self._restart_strategy.notify_failure(now)
+        if not self._restart_strategy.can_restart():
+            return self._fail_job(cause, now)
+        kind = failover_strategy.classify_failure(error)
+        if kind is FailureKind.PARTITION:
+            self._mark_named_partitions_lost(error)
+        to_restart: set[ExecutionVertexID] = set()
+        for vertex in failed:
+            if vertex.id not in to_restart:
+                to_restart |= self._failover.tasks_to_restart(
+                    self._graph, vertex.id, kind, self._lost_outputs)
+        restarted = sorted((evid for evid in to_restart
+                            if self._graph.vertex(evid).state is not _S.CREATED),
+                           key=self._order.__getitem__)
+        delay = self._restart_strategy.backoff_time()
+        token, self._next_token = self._next_token, self._next_token + 1
+        self._pending[token] = _PendingRestart(token, restarted)
+        for evid in restarted:
+            self._restart_owner[evid] = token
+        self._restarts += 1
+        self._restart_records.append(RestartRecord(
+            self._restarts, now, cause, tuple(restarted), failed[0].task_name, delay))
+        del self._restart_records[:-RESTART_HISTORY_SIZE]
+        commands = self._cancel([self._graph.vertex(evid) for evid in restarted], now)
+        return commands + self._settle(now) + [ScheduleRestart(delay, token)]
+
+    def _mark_named_partitions_lost(self, error: str) -> None:
+        for result_id, number in failover_strategy.named_partitions(error):
+            try:
+                partitions = self._graph.result(result_id).partitions
+            except KeyError:
+                continue  # another job's, or garbled: nothing to re-run
+            if 0 <= number < len(partitions):
+                self._lost_outputs.add(partitions[number].producer)
+
+    def _restart(self, pending: _PendingRestart, now: float) -> list[Command]:
+        """New attempts for the subtasks still owned by `pending` (all terminal), then
+        schedule them as start() would."""
+        del self._pending[pending.token]
+        evids = [e for e in pending.vertices if self._restart_owner.get(e) == pending.token]
+        for evid in evids:
+            del self._restart_owner[evid]
+            self._lost_outputs.discard(evid)
+            self._graph.reset_for_new_execution(evid)
+        if self._graph.schedule_mode is ScheduleMode.EAGER:
+            return self._schedule(evids, now)
+        self._scheduled_regions -= {self._region_index[evid] for evid in evids}
+        return self._schedule_ready_regions(now)
+
+    def _drop_pending_restarts(self) -> None:
+        self._pending.clear()
+        self._restart_owner.clear()
 
     def _fail_job(self, cause: str, now: float) -> list[Command]:
-        """RUNNING -> FAILING: cancel everything else. Later failures keep the first cause."""
+        """RUNNING -> FAILING: drop pending restarts, cancel everything else. Later
+        failures keep the first cause."""
         if self._graph.status is not JobStatus.RUNNING:
             return self._settle(now)
         self._graph.transition_to(JobStatus.FAILING, now, failure_cause=cause)
+        self._drop_pending_restarts()
         return self._cancel_all(now) + self._settle(now)
 
     def _cancel_all(self, now: float) -> list[Command]:
+        return self._cancel(self._graph.execution_vertices(), now)
+
+    def _cancel(self, vertices: Iterable[ExecutionVertex], now: float) -> list[Command]:
+        """Never deployed: CANCELED at once. On a TaskExecutor: CANCELING + CancelTask.
+        Terminal or already CANCELING: nothing."""
         commands: list[Command] = []
-        for vertex in self._graph.execution_vertices():
+        for vertex in vertices:
             execution = vertex.current_execution
             if execution.state in (_S.CREATED, _S.SCHEDULED):
                 execution.transition(_S.CANCELED, now)
@@ -365,8 +575,13 @@ class Scheduler:
         return commands
 
     def _settle(self, now: float) -> list[Command]:
-        """Give back slots whose subtasks are all terminal; end the job when it is over."""
+        """Carry out due restarts whose subtasks are all terminal; give back slots whose
+        subtasks are all terminal; end the job when it is over."""
         commands: list[Command] = []
+        for pending in [p for p in self._pending.values() if p.due]:
+            if all(self._graph.vertex(evid).state.is_terminal for evid in pending.vertices
+                   if self._restart_owner.get(evid) == pending.token):
+                commands += self._restart(pending, now)
         for shared in self._slots.values():
             if shared.state in (_SlotState.PENDING, _SlotState.ALLOCATED) and all(
                     self._graph.vertex(m).state.is_terminal for m in shared.members):
@@ -376,7 +591,8 @@ class Scheduler:
                 shared.state, shared.slot = _SlotState.RELEASED, None
         status = self._graph.status
         states = [v.state for v in self._graph.execution_vertices()]
-        if status is JobStatus.RUNNING and all(s is _S.FINISHED for s in states):
+        if status is JobStatus.RUNNING and not self._pending \
+                and all(s is _S.FINISHED for s in states):
             self._graph.transition_to(JobStatus.FINISHED, now)
             commands.append(JobTerminated(JobStatus.FINISHED, None))
         elif status in (JobStatus.FAILING, JobStatus.CANCELLING) and all(
