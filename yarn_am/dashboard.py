@@ -135,6 +135,15 @@ def _job_rows(job: JobDetails, now: float) -> str:
         first_line = (job.failure_cause.strip().splitlines() or [""])[0]
         cause = (f'<details class="cause" id="cause-{_e(job.job_id)}"><summary>'
                  f"{_e(first_line)}</summary><pre>{_e(job.failure_cause)}</pre></details>")
+    if job.restarts:
+        root = (job.root_cause or "").strip().splitlines()[:1]
+        restarts = "".join(
+            f"<li>#{r.number} after {_e(r.failed_task)} failed: {_e(r.cause.strip().splitlines()[0] if r.cause.strip() else '')}"
+            f" &mdash; restarted {len(r.restarted)} task(s): {_e(', '.join(r.restarted))}</li>"
+            for r in job.restart_history)
+        cause += (f'<details class="cause" id="restarts-{_e(job.job_id)}"><summary>'
+                  f"{job.restarts} restart(s); root cause: {_e(root[0] if root else '')}</summary>"
+                  f"<ul>{restarts}</ul></details>")
     return (f'<tr class="job" id="job-{_e(job.job_id)}"><td class="name">{_e(job.name)}</td>'
             f"<td><code>{_e(job.job_id)}</code></td><td>{_state(job.status)}</td>"
             f"<td>{_timestamp(job.start_time)}</td><td>{_duration(end - job.start_time)}</td>"

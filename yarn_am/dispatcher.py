@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
-                                           JobList, JobOverview, JobQuery, JobSubmitted,
+                                           JobList, JobOverview, JobQuery, JobSubmitted, RestartView,
                                            SlotView, SubmitJob, TaskExecutorView, VertexDetails)
 from flinkyarn.ids import JobID
 from flinkyarn.rpc.endpoint import RpcEndpoint
@@ -109,8 +110,15 @@ class Dispatcher(RpcEndpoint):
                                   {s.value: n for s, n in v.state_counts.items() if n})
                     for v in scheduler.vertex_summaries()]
         cause = record.result.failure_cause if record.result else scheduler.failure_cause
+        graph = scheduler.execution_graph
+        # Restart times are the scheduler's monotonic seconds: shown as wall time.
+        offset = time.time() - time.monotonic()
+        history = [RestartView(r.number, r.at + offset, r.cause, r.failed_task,
+                               [graph.vertex(evid).task_name for evid in r.restarted])
+                   for r in scheduler.restart_records()]
         return JobDetails(overview.job_id, overview.name, overview.status, overview.start_time,
-                          overview.end_time, cause, vertices)
+                          overview.end_time, cause, vertices, scheduler.restarts,
+                          scheduler.root_cause, history)
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
         executors = [TaskExecutorView(record.resource_id, record.address,

@@ -246,8 +246,13 @@ def list_jobs(application_id: str | None) -> None:
         [a["id"] for a in yarn_cluster.flinkyarn_applications(states=("RUNNING",))]
     for app_id in apps:
         click.echo(app_id)
-        for job in yarn_cluster.connect(app_id).jobs().jobs:
-            click.echo(f"  {job.job_id}  {job.status:10} {job.name}")
+        rest = yarn_cluster.connect(app_id)
+        for job in rest.jobs().jobs:
+            details = rest.job(job.job_id)
+            restarts = f"  {details.restarts} restart(s)" if details.restarts else ""
+            click.echo(f"  {job.job_id}  {job.status:10} {job.name}{restarts}")
+            if details.root_cause:
+                click.echo(f"    root cause: {details.root_cause.strip().splitlines()[0]}")
 
 
 @cli.command()

@@ -44,6 +44,16 @@ class VertexDetails(msgspec.Struct, frozen=True):
     state_counts: dict[str, int]
 
 
+class RestartView(msgspec.Struct, frozen=True):
+    """One restart: after which failure, of which task, and which tasks it re-ran."""
+
+    number: int
+    time: float           # seconds since the epoch
+    cause: str
+    failed_task: str
+    restarted: list[str]  # task names, "NAME (i/n)"
+
+
 class JobDetails(msgspec.Struct, frozen=True):
     job_id: JobID
     name: str
@@ -52,6 +62,9 @@ class JobDetails(msgspec.Struct, frozen=True):
     end_time: float | None
     failure_cause: str | None
     vertices: list[VertexDetails]
+    restarts: int = 0
+    root_cause: str | None = None
+    restart_history: list[RestartView] = []
 
 
 class SlotView(msgspec.Struct, frozen=True):

@@ -41,9 +41,11 @@ from flinkyarn.options import HeartbeatConfig, RegistrationConfig
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import RemoteError, RpcError
 from flinkyarn.rpc.service import RpcService
+from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState, JobStatus, SlotInfo
+from yarn_am.jobmaster.restart_strategy import RestartStrategyConfig
 from yarn_am.jobmaster.scheduler import Scheduler
 from yarn_am.jobmaster.slot_pool import SlotPool, SlotRequestId
 
@@ -56,12 +58,16 @@ class JobMasterConfig:
     registration: RegistrationConfig
     slot_idle_timeout: float
     slot_request_timeout: float
+    failover_strategy: str
+    restart_strategy: RestartStrategyConfig
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> "JobMasterConfig":
         return cls(HeartbeatConfig.from_configuration(conf),
                    RegistrationConfig.from_configuration(conf),
-                   conf.get(options.SLOT_IDLE_TIMEOUT), conf.get(options.SLOT_REQUEST_TIMEOUT))
+                   conf.get(options.SLOT_IDLE_TIMEOUT), conf.get(options.SLOT_REQUEST_TIMEOUT),
+                   conf.get(options.FAILOVER_STRATEGY),
+                   RestartStrategyConfig.from_configuration(conf))
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,11 @@ class JobMaster(RpcEndpoint):
         self._on_terminated = on_terminated
         self.job_master_id = JobMasterId(new_id())
         self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
-        self.scheduler = Scheduler(ExecutionGraph(job_graph))
+        # Raises ValueError (the submission is refused) if the failover strategy cannot
+        # serve this job, e.g. restart-individual for a job with exchanges.
+        self.scheduler = Scheduler(ExecutionGraph(job_graph),
+                                   failover_strategy.create(config.failover_strategy),
+                                   config.restart_strategy.create())
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
         self._rm: ResourceManagerGateway = rpc.connect(resource_manager_address, "resourcemanager",
                                                        ResourceManagerGateway)
@@ -215,6 +225,12 @@ class JobMaster(RpcEndpoint):
                                      f"{execution.state.value}: {execution.failure_cause or ''}")
         slot = execution.slot
         record = self.task_managers.get(slot.resource_id) if slot is not None else None
+        if execution.state is ExecutionState.FINISHED and record is None:
+            # Its TaskExecutor is gone, and the result with it: fail the consumer at once
+            # (a partition failure, so region failover re-runs the producer).
+            return PartitionLocation("failed", error=f"result partition {request.result_id}"
+                                     f"#{request.partition_number} lost with TaskExecutor "
+                                     f"{slot.resource_id if slot else '?'}")
         if execution.state in (ExecutionState.CREATED, ExecutionState.SCHEDULED) or record is None:
             return PartitionLocation("pending")
         return PartitionLocation("ready", record.resource_id, record.data_address)
@@ -232,6 +248,8 @@ class JobMaster(RpcEndpoint):
             return
         log.warning("job %s: TaskExecutor %s lost: %s", self.job_id, resource_id, cause)
         self._tm_heartbeats.unmonitor_target(resource_id)
+        # Finished tasks' results on it are gone too: region failover re-runs producers.
+        self._run_scheduler(self.scheduler.task_executor_lost(resource_id, self._now()))
         self._run_pool(self.slot_pool.release_task_manager(resource_id, cause, self._now()))
         self.spawn(self._quietly(record.gateway.disconnect_job_manager(
             te.DisconnectJobManager(self.job_id, cause))), f"disconnect-{resource_id}")
@@ -254,6 +272,8 @@ class JobMaster(RpcEndpoint):
                     self.spawn(self._deploy(command), f"deploy-{command.descriptor.attempt_id}")
                 case sch.CancelTask():
                     self.spawn(self._cancel_task(command), f"cancel-{command.attempt_id}")
+                case sch.ScheduleRestart(delay=delay, token=token):
+                    self.spawn(self._restart_after(delay, token), f"restart-{token}")
                 case sch.JobTerminated(status=status, cause=cause):
                     self._terminate(status, cause)
                 case _:
@@ -285,6 +305,12 @@ class JobMaster(RpcEndpoint):
                     self.spawn(self._free_slot(command), f"free-{command.allocation_id}")
                 case _:
                     raise TypeError(f"unknown SlotPool command {command!r}")
+
+    async def _restart_after(self, delay: float, token: int) -> None:
+        """The restart strategy's backoff, then the restart (a stale token does nothing)."""
+        await asyncio.sleep(delay)
+        if not self._terminating:
+            self._run_scheduler(self.scheduler.restart_due(token, self._now()))
 
     async def _request_slot(self, command: sp.RequestSlotFromResourceManager) -> None:
         if self.resource_manager_id is None:

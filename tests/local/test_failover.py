@@ -1,0 +1,115 @@
+"""Failover on a local cluster of real processes: restart strategies, region failover,
+and a TaskExecutor killed in the middle of a job without losing or duplicating a record."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from flinkyarn import Pipeline
+from tests.local.conftest import task_executor_pid, wait_for
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+N = 20_000
+RESTARTING = {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
+              "restart-strategy.fixed-delay.delay": "200 ms"}
+
+
+def slow_numbers(subtask, parallelism):
+    """1..N split between the subtasks, slowly enough to kill something in the middle."""
+    numbers = list(range(subtask + 1, N + 1, parallelism))
+    for start in range(0, len(numbers), 500):
+        time.sleep(0.1)
+        chunk = pa.array(numbers[start:start + 500], pa.int64())
+        yield pa.record_batch([chunk, pc.bit_wise_and(chunk, 3)], names=["n", "k"])
+
+
+def run(cluster, pipeline, timeout=120):
+    rest = cluster.rest
+    job_id = rest.submit(pipeline.job_graph())
+    return job_id, wait_for(lambda: (d := rest.job(job_id)).status in ("FINISHED", "FAILED", "CANCELED") and d,
+                            timeout, "the job to end")
+
+
+def summing_pipeline(out):
+    p = Pipeline("sum", parallelism=2)
+    p.from_generator(slow_numbers).key_by("k").sum("n").write_parquet(str(out))
+    return p
+
+
+def test_killing_a_task_executor_mid_job_loses_and_duplicates_nothing(start_cluster, tmp_path):
+    cluster = start_cluster(**RESTARTING)
+    for run_number in range(20):
+        out = tmp_path / f"out-{run_number}"
+        job_id = cluster.rest.submit(summing_pipeline(out).job_graph())
+        wait_for(lambda: all(v.state_counts.get("RUNNING") == v.parallelism
+                             for v in cluster.rest.job(job_id).vertices), 60, "every task running")
+        time.sleep(0.3 + 0.05 * (run_number % 10))  # somewhere in the middle
+        victim = cluster.rest.overview().task_executors[0].resource_id
+        os.kill(task_executor_pid(cluster, victim), signal.SIGKILL)
+
+        details = wait_for(lambda: (d := cluster.rest.job(job_id)).status in
+                           ("FINISHED", "FAILED", "CANCELED") and d, 120, "the job to end")
+
+        assert details.status == "FINISHED", (run_number, details.failure_cause)
+        assert details.restarts >= 1 and victim in (details.root_cause or "")
+        table = pq.read_table(out)
+        assert pc.sum(table.column("n_sum")).as_py() == N * (N + 1) // 2, run_number
+        assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
+
+
+def always_fails(batch):
+    raise ValueError("column n has a negative value")
+
+
+def test_failing_udf_exhausts_the_fixed_delay_strategy_and_fails_with_its_error(start_cluster, tmp_path):
+    cluster = start_cluster(**{**RESTARTING, "restart-strategy.fixed-delay.attempts": "2"})
+    p = Pipeline("always failing", parallelism=1)
+    p.from_generator(slow_numbers).map(always_fails, name="check").write_parquet(str(tmp_path / "o"))
+
+    _, details = run(cluster, p)
+
+    assert details.status == "FAILED"
+    assert details.restarts == 2
+    assert "operator 'check': ValueError: column n has a negative value" in details.failure_cause
+    assert len(details.restart_history) == 2
+
+
+class FailOnce:
+    """A map that fails on the first attempt of its subtask 0, then works."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __call__(self, batch):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("transient failure")
+        return batch
+
+
+def test_a_failure_in_one_of_two_regions_restarts_only_that_region(start_cluster, tmp_path):
+    cluster = start_cluster(**{**RESTARTING, "jobmanager.execution.failover-strategy": "region"})
+    p = Pipeline("two regions", parallelism=1)
+    p.from_generator(slow_numbers, name="left source").map(lambda b: b, name="left") \
+        .write_parquet(str(tmp_path / "left"))
+    p.from_generator(slow_numbers, name="right source") \
+        .map(FailOnce(str(tmp_path / "failed-once")), name="right") \
+        .write_parquet(str(tmp_path / "right"))
+
+    _, details = run(cluster, p)
+
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.restarts == 1
+    [restart] = details.restart_history
+    assert restart.restarted and all("right" in task for task in restart.restarted)
+    for side in ("left", "right"):
+        assert pc.sum(pq.read_table(tmp_path / side).column("n")).as_py() == N * (N + 1) // 2
