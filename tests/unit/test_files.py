@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,23 +19,7 @@ from flinkyarn.connectors import (
     TextSource,
 )
 from flinkyarn.connectors import filesystems
-
-
-@dataclass
-class FakeContext:
-    subtask_index: int = 0
-    parallelism: int = 1
-    attempt_number: int = 0
-    batch_size: int = 1000
-    tmp_dir: str = "/tmp"
-    job_id: str = "job"
-    task_name: str = "test task"
-
-    def is_cancelled(self) -> bool:
-        return False
-
-    def spark(self):
-        raise AssertionError("file connectors do not use Spark")
+from tests.operator_context import FakeContext
 
 
 def read_batches(source, subtask=0, parallelism=1, batch_size=1000) -> list[pa.RecordBatch]:

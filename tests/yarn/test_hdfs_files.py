@@ -6,26 +6,12 @@ from __future__ import annotations
 import subprocess
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
 
 from flinkyarn.connectors import ParquetSink, ParquetSource, TextSource
-
-
-@dataclass
-class FakeContext:
-    subtask_index: int = 0
-    parallelism: int = 1
-    attempt_number: int = 0
-    batch_size: int = 2
-    tmp_dir: str = "/tmp"
-    job_id: str = "job"
-    task_name: str = "hdfs test"
-
-    def is_cancelled(self) -> bool:
-        return False
+from tests.operator_context import FakeContext
 
 
 def hdfs(*args: str, stdin: bytes | None = None) -> str:
@@ -44,7 +30,7 @@ def folder(hadoop):
 def read(source, parallelism: int) -> list[pa.Table]:
     tables = []
     for subtask in range(parallelism):
-        source.open(FakeContext(subtask, parallelism))
+        source.open(FakeContext(subtask, parallelism, batch_size=2))
         batches = list(source.read())
         assert all(batch.num_rows <= 2 for batch in batches)
         tables.append(pa.Table.from_batches(batches) if batches else None)
@@ -52,7 +38,7 @@ def read(source, parallelism: int) -> list[pa.Table]:
 
 
 def write(sink, table: pa.Table, subtask: int, attempt: int = 0) -> None:
-    sink.open(FakeContext(subtask, 2, attempt))
+    sink.open(FakeContext(subtask, 2, attempt, batch_size=2))
     for batch in table.to_batches():
         sink.process(batch, 0)
     sink.finish()
