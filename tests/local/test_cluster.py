@@ -136,15 +136,18 @@ def start_waiting_job(cluster, folder):
     return job_id, executor.resource_id
 
 
-def test_killed_task_executor_is_detected_by_heartbeat_timeout(cluster, folder):
+def test_killed_task_executor_is_reported_by_the_resource_manager_when_its_process_ends(
+        cluster, folder):
     job_id, resource_id = start_waiting_job(cluster, folder)
 
     os.kill(task_executor_pid(cluster, resource_id), signal.SIGKILL)
 
-    # The JobMaster hears nothing more from it: heartbeat timeout (2 s here).
+    # The driver sees the process end and the ResourceManager tells the JobMaster, before
+    # the JobMaster's own heartbeat timeout (that path is the frozen TaskExecutor's).
     details = finished(cluster.rest, job_id, timeout=20)
     assert details.status == "FAILED"
-    assert f"heartbeat of TaskExecutor {resource_id} timed out" in details.failure_cause
+    assert f"TaskExecutor {resource_id} process killed by SIGKILL" in details.failure_cause
+    assert "timed out" not in details.failure_cause
     wait_for(lambda: all(te.resource_id != resource_id
                          for te in cluster.rest.overview().task_executors), 10,
              "the ResourceManager to drop the killed TaskExecutor")

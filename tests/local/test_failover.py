@@ -12,8 +12,10 @@ import cloudpickle
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 from flinkyarn import Pipeline
+from flinkyarn.pipeline.operator import Operator
 from tests.local.conftest import task_executor_pid, wait_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -113,3 +115,91 @@ def test_a_failure_in_one_of_two_regions_restarts_only_that_region(start_cluster
     assert restart.restarted and all("right" in task for task in restart.restarted)
     for side in ("left", "right"):
         assert pc.sum(pq.read_table(tmp_path / side).column("n")).as_py() == N * (N + 1) // 2
+
+
+def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(start_cluster,
+                                                                            tmp_path):
+    cluster = start_cluster(**RESTARTING)
+    out = tmp_path / "out"
+    job_id = cluster.rest.submit(summing_pipeline(out).job_graph())
+    wait_for(lambda: all(v.state_counts.get("RUNNING") == v.parallelism
+                         for v in cluster.rest.job(job_id).vertices), 60, "every task running")
+    victim = cluster.rest.overview().task_executors[0].resource_id
+    pid = task_executor_pid(cluster, victim)
+
+    os.kill(pid, signal.SIGSTOP)  # alive to the kernel and to YARN: only heartbeats tell
+    try:
+        details = wait_for(lambda: (d := cluster.rest.job(job_id)).status in
+                           ("FINISHED", "FAILED", "CANCELED") and d, 120, "the job to end")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    assert details.status == "FINISHED", details.failure_cause
+    assert f"heartbeat of TaskExecutor {victim} timed out" in details.root_cause
+    assert pc.sum(pq.read_table(out).column("n_sum")).as_py() == N * (N + 1) // 2
+    # Thawed, the frozen TaskExecutor drops the job it was cut off from and registers again.
+    wait_for(lambda: victim in {te.resource_id for te in cluster.rest.overview().task_executors},
+             20, "the thawed TaskExecutor to register again")
+
+
+class SlowOnSubtaskZero(Operator):
+    """Passes batches on; subtask 0 records its TaskExecutor's pid and dawdles, so the
+    test can kill it in the middle while subtask 1 runs ahead."""
+
+    name = "consume"
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def open(self, context):
+        super().open(context)
+        if context.subtask_index == 0:
+            with open(os.path.join(self.folder, f"pid-{context.attempt_number}"), "w") as f:
+                f.write(str(os.getpid()))
+
+    def process(self, batch, input_index):
+        if self.context.subtask_index == 0:
+            time.sleep(0.1)
+        return (batch,)
+
+
+def restarted_tasks(details) -> set[str]:
+    return {task for restart in details.restart_history for task in restart.restarted}
+
+
+@pytest.mark.parametrize("exchange, deterministic", [("key_by", True), ("rebalance", False)])
+def test_a_lost_blocking_partition_reruns_its_producer_and_reuses_the_others(
+        start_cluster, tmp_path, exchange, deterministic):
+    """Batch job, one slot per TaskExecutor: producer i and consumer i share slot i on
+    TaskExecutor i. TaskExecutor 0 is killed while consumer 0 reads, after consumer 1 is
+    done. The blocking result of producer 0 is lost with it: producer 0 runs again,
+    producer 1's result on the surviving TaskExecutor is read again, not recomputed.
+    Consumer 1 runs again only behind a non-deterministic exchange (rebalance), whose
+    re-run producer may send it different records."""
+    cluster = start_cluster(**{**RESTARTING, "jobmanager.execution.failover-strategy": "region",
+                               "taskmanager.numberOfTaskSlots": "1"})
+    folder, out = tmp_path / "pids", tmp_path / "out"
+    folder.mkdir()
+    p = Pipeline("lost partition", parallelism=2, batch_mode=True)
+    numbers = p.from_generator(slow_numbers, name="numbers")
+    exchanged = numbers.key_by("k") if exchange == "key_by" else numbers.rebalance()
+    exchanged.transform(SlowOnSubtaskZero(str(folder)), name="consume").write_parquet(str(out))
+    job_id = cluster.rest.submit(p.job_graph())
+
+    def consumers():
+        [vertex] = [v for v in cluster.rest.job(job_id).vertices if "consume" in v.name]
+        return vertex.state_counts
+    wait_for(lambda: consumers().get("FINISHED") == 1 and consumers().get("RUNNING") == 1,
+             60, "consumer 1 finished while consumer 0 reads")
+    os.kill(int((folder / "pid-0").read_text()), signal.SIGKILL)  # first attempt
+    details = wait_for(lambda: (d := cluster.rest.job(job_id)).status in
+                       ("FINISHED", "FAILED", "CANCELED") and d, 120, "the job to end")
+
+    assert details.status == "FINISHED", details.failure_cause
+    restarted = restarted_tasks(details)
+    assert any(t.startswith("Source: numbers") and "(1/2)" in t for t in restarted), restarted
+    assert not any(t.startswith("Source: numbers") and "(2/2)" in t for t in restarted), restarted
+    assert any("consume" in t and "(1/2)" in t for t in restarted), restarted
+    assert any("consume" in t and "(2/2)" in t for t in restarted) is not deterministic, restarted
+    assert pc.sum(pq.read_table(out).column("n")).as_py() == N * (N + 1) // 2
+    assert pq.read_table(out).num_rows == N

@@ -8,7 +8,11 @@ heartbeat article:
   to pending), and it is told to reconnect; a live one registers again.
 - JobMaster: its pending slot requests are dropped; a live one registers again.
 A worker whose process or container ends is treated like a TaskExecutor timeout, at
-once (whichever comes first).
+once (whichever comes first), and every JobMaster is told the TaskExecutor is gone
+(`disconnect_task_manager`), so its tasks are failed and rescheduled without waiting for
+the JobMaster's own heartbeat timeout. A heartbeat timeout alone does not tell the
+JobMasters: a TaskExecutor that only lost its ResourceManager connection keeps its tasks
+and registers again.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from flinkyarn import options
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
-from flinkyarn.gateways.job_master import JobMasterGateway, SlotRequestFailed, job_master_endpoint
+from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGateway,
+                                           SlotRequestFailed, job_master_endpoint)
 from flinkyarn.gateways.resource_manager import (CancelSlotRequest, DisconnectJobMaster,
                                                  DisconnectTaskExecutor, JobMasterRegistration,
                                                  NotifySlotAvailable, RegisterJobMaster,
@@ -201,6 +206,17 @@ class ResourceManager(RpcEndpoint):
         elif not registered:
             self._execute(self.slot_manager.worker_failed_to_start(
                 f"worker {worker_id} {cause} before registering", self._clock.monotonic()))
+        if registered:
+            lost = DisconnectTaskManager(ResourceID(worker_id), f"TaskExecutor {worker_id} {cause}")
+            for record in self.job_masters.values():
+                self.spawn(self._tell_job_master(record, lost), f"lost-{worker_id}-{record.job_id}")
+
+    async def _tell_job_master(self, record: JobMasterRecord, lost: DisconnectTaskManager) -> None:
+        try:
+            await record.gateway.disconnect_task_manager(lost)
+        except RpcError as error:
+            log.info("could not tell job %s that %s is gone: %s", record.job_id,
+                     lost.resource_id, error)
 
     # ---------------------------------------------------------------- JobMasters
 
