@@ -198,7 +198,9 @@ class YarnClusterDescriptor:
                         f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "
                         f"-D rest.address=$NM_HOST {properties}")),
             services={"taskexecutor": skein.Service(
-                instances=0, max_restarts=0,  # the ResourceManager decides on replacements
+                # The ResourceManager decides on replacements; a failed container must
+                # not end the application (skein's default for a failing service).
+                instances=0, max_restarts=0, allow_failures=True,
                 resources=skein.Resources(memory=te_memory, vcores=te_vcores),
                 files={k: v for k, v in files.items() if k != "job.msgpack"}, env=environment,
                 script=(f"exec {python} -m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID "

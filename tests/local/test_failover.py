@@ -9,7 +9,6 @@ import sys
 import time
 
 import cloudpickle
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -17,21 +16,12 @@ import pytest
 from flinkyarn import Pipeline
 from flinkyarn.pipeline.operator import Operator
 from tests.local.conftest import task_executor_pid, wait_for
+from tests.local.jobs import N, slow_numbers, summing_pipeline
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-N = 20_000
 RESTARTING = {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
               "restart-strategy.fixed-delay.delay": "200 ms"}
-
-
-def slow_numbers(subtask, parallelism):
-    """1..N split between the subtasks, slowly enough to kill something in the middle."""
-    numbers = list(range(subtask + 1, N + 1, parallelism))
-    for start in range(0, len(numbers), 500):
-        time.sleep(0.1)
-        chunk = pa.array(numbers[start:start + 500], pa.int64())
-        yield pa.record_batch([chunk, pc.bit_wise_and(chunk, 3)], names=["n", "k"])
 
 
 def run(cluster, pipeline, timeout=120):
@@ -39,12 +29,6 @@ def run(cluster, pipeline, timeout=120):
     job_id = rest.submit(pipeline.job_graph())
     return job_id, wait_for(lambda: (d := rest.job(job_id)).status in ("FINISHED", "FAILED", "CANCELED") and d,
                             timeout, "the job to end")
-
-
-def summing_pipeline(out):
-    p = Pipeline("sum", parallelism=2)
-    p.from_generator(slow_numbers).key_by("k").sum("n").write_parquet(str(out))
-    return p
 
 
 def test_killing_a_task_executor_mid_job_loses_and_duplicates_nothing(start_cluster, tmp_path):
