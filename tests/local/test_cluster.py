@@ -3,11 +3,14 @@ and TaskExecutors, talking gRPC over loopback with the cluster's TLS."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
 
+from flinkyarn.gateways.resource_manager import DisconnectTaskExecutor, ResourceManagerGateway
 from flinkyarn.job import JobBuilder
+from flinkyarn.rpc.service import RpcService
 from tests.local import jobs
 from tests.local.conftest import task_executor_pid, wait_for
 
@@ -183,3 +186,33 @@ def test_idle_task_executors_are_released_after_the_taskmanager_timeout(start_cl
              "the idle TaskExecutor to be released")
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
              open(f"/proc/{pid}/stat").read().split()[2] == "Z", 10, "its process to exit")
+
+
+def test_task_executor_that_loses_only_its_resource_manager_registers_again_and_keeps_its_tasks(
+        cluster, folder):
+    job_id, resource_id = start_waiting_job(cluster, folder)
+
+    async def drop_connection():
+        # What the ResourceManager does on its side of a network partition: it forgets
+        # the TaskExecutor and stops sending heartbeats. The JobMaster still reaches it.
+        rpc = RpcService(cluster.security)
+        try:
+            await rpc.connect(cluster.rpc_address, "resourcemanager", ResourceManagerGateway) \
+                .disconnect_task_executor(DisconnectTaskExecutor(resource_id, "partitioned"))
+        finally:
+            await rpc.stop()
+    asyncio.run(drop_connection())
+    assert cluster.rest.overview().task_executors == []
+
+    # Its ResourceManager heartbeat times out (2 s); it registers again with a slot report
+    # that still holds the job's slot, and the task never stops.
+    wait_for(lambda: slots_of_job(cluster.rest, job_id) == 1, 20,
+             "the TaskExecutor registered again with the job's slot")
+    assert [te.resource_id for te in cluster.rest.overview().task_executors] == [resource_id]
+    assert running_tasks(cluster.rest, job_id) == 1
+    (folder / "go").touch()
+    details = finished(cluster.rest, job_id)
+    assert (details.status, details.restarts) == ("FINISHED", 0)
+    assert jobs.markers(folder, "started") == {"waits-0-0"}
+    assert jobs.markers(folder, "finished") == {"waits-0-0"}
+    wait_for(lambda: slots_of_job(cluster.rest, job_id) == 0, 10, "the job's slot freed")

@@ -116,6 +116,21 @@ def test_pointwise_connects_every_partition_and_every_consumer(producers, consum
         assert len(readers) == producers  # each partition has exactly one reader
 
 
+@pytest.mark.parametrize("distribution", [ALL_TO_ALL, POINTWISE])
+@pytest.mark.parametrize("producers,consumers", [(1, 5), (5, 1), (3, 7), (7, 3), (4, 4)])
+def test_each_consumer_reads_the_subpartition_of_its_place_among_the_readers(
+        distribution, producers, consumers):
+    eg = graph([vertex("a", producers), vertex("b", consumers)], [edge("a", "b", distribution)])
+
+    for partition in eg.result(eg.vertex(ev("a", 0)).produced_partitions[0].result.id).partitions:
+        for place, reader in enumerate(sorted(partition.consumers)):
+            assert partition.subpartition_of(reader) == place
+        stranger = next((ev("b", j) for j in range(consumers)
+                         if ev("b", j) not in partition.consumers), ev("b", consumers))
+        with pytest.raises(ValueError, match="does not read partition"):
+            partition.subpartition_of(stranger)
+
+
 def test_a_vertex_with_two_inputs_consumes_both_results_in_edge_order():
     eg = graph([vertex("a", 1), vertex("b", 2), vertex("c", 1)],
                [edge("a", "c"), edge("b", "c")])

@@ -172,6 +172,16 @@ class IntermediateResultPartition:
     def producer(self) -> ExecutionVertexID:
         return ExecutionVertexID(self.result.producer, self.partition_number)
 
+    def subpartition_of(self, consumer: ExecutionVertexID) -> int:
+        """Which subpartition `consumer` reads. `consumers` is a contiguous, ascending
+        range of the consuming vertex's subtasks (all of them for ALL_TO_ALL), so this
+        is constant time: the scheduler asks once per input of every deployment."""
+        index = consumer.subtask_index - self.consumers[0].subtask_index
+        if not 0 <= index < len(self.consumers) or self.consumers[index] != consumer:
+            raise ValueError(f"{consumer} does not read partition {self.partition_number} "
+                             f"of result {self.result.id}")
+        return index
+
 
 @dataclass(eq=False, slots=True)
 class IntermediateResult:

@@ -469,7 +469,7 @@ class Scheduler:
             resource_id=slot.resource_id, invokable=job_vertex.invokable,
             consumed_partitions=list(
                 ConsumedPartition(p.result.id, p.result.producer, p.partition_number,
-                                  p.result.partition_type, sorted(p.consumers).index(vertex.id))
+                                  p.result.partition_type, p.subpartition_of(vertex.id))
                 for p in vertex.consumed_partitions),
             produced_partitions=list(
                 ProducedPartition(p.result.id, p.result.partition_type, len(p.consumers),
