@@ -77,6 +77,8 @@ class JobGraph(msgspec.Struct, frozen=True):
     vertices: list[JobVertex]
     edges: list[JobEdge] = []
     schedule_mode: ScheduleMode = ScheduleMode.EAGER
+    # The job's own fault-tolerance settings (options.is_job_option), over the cluster's.
+    configuration: dict[str, str] = {}
 
     def validate(self) -> None:
         """Raises ValueError naming what is wrong: the JobMaster never sees a bad graph."""

@@ -10,6 +10,7 @@ rules spanning several options are checked.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flinkyarn.configuration import (
@@ -186,6 +187,30 @@ FAILURE_RATE_INTERVAL = option(
 FAILURE_RATE_DELAY = option(
     "restart-strategy.failure-rate.delay", DURATION, "1 s",
     "failure-rate: pause between a failure and the restart it causes.")
+
+
+JOB_OPTIONS = "jobmanager.execution.failover-strategy and restart-strategy.*"
+
+
+def is_job_option(key: str) -> bool:
+    """Whether a job may set `key` for itself (Flink's job-level fault-tolerance
+    settings); everything else belongs to the cluster."""
+    return key == FAILOVER_STRATEGY.key or key.startswith("restart-strategy.")
+
+
+def job_settings(raw: Mapping[str, str]) -> dict[str, str]:
+    """The job-level entries of `raw` (e.g. a client's `-D` values for its jobs)."""
+    return {key: value for key, value in raw.items() if is_job_option(key)}
+
+
+def job_configuration(cluster: Configuration, settings: Mapping[str, str]) -> Configuration:
+    """The cluster's configuration with a job's own settings on top. Raises
+    ConfigurationError naming a key a job may not set, an unknown key or a bad value."""
+    for key in settings:
+        if not is_job_option(key):
+            raise ConfigurationError(f"a job cannot set option {key!r}: it is the cluster's "
+                                     f"(a job may set {JOB_OPTIONS})")
+    return Configuration({**cluster.raw(), **settings}, source="the job's configuration")
 
 
 @dataclass(frozen=True, slots=True)

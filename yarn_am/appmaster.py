@@ -23,7 +23,6 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from yarn_am.dispatcher import Dispatcher
-from yarn_am.jobmaster.job_master import JobMasterConfig
 from yarn_am.resourcemanager.driver import ResourceManagerDriver
 from yarn_am.resourcemanager.resource_manager import ResourceManager, ResourceManagerConfig
 from yarn_am.rest import RestServer
@@ -66,8 +65,7 @@ class AppMaster:
         rpc_address = await rpc.start()
         resource_manager = ResourceManager(rpc, ResourceManagerConfig.from_configuration(conf),
                                            self.driver)
-        self.dispatcher = dispatcher = Dispatcher(rpc, resource_manager,
-                                                  JobMasterConfig.from_configuration(conf))
+        self.dispatcher = dispatcher = Dispatcher(rpc, resource_manager, conf)
         host = conf.get(options.REST_ADDRESS)
         rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),
                           conf.get(options.RPC_MAX_MESSAGE_SIZE), shutdown=self.shutdown)

@@ -1,5 +1,8 @@
 """The Dispatcher: accepts JobGraphs, starts one JobMaster per job, and keeps every
-job's status, also after it ended. Several jobs may run at once."""
+job's status, also after it ended. Several jobs may run at once. Each JobMaster runs on
+the cluster's configuration with the job's own fault-tolerance settings on top (a job of
+a session may choose its failover and restart strategies); a job whose settings are
+wrong is refused and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from flinkyarn import options
+from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
                                            JobList, JobOverview, JobQuery, JobSubmitted, RestartView,
@@ -38,10 +43,11 @@ class JobRecord:
 
 class Dispatcher(RpcEndpoint):
     def __init__(self, rpc: RpcService, resource_manager: ResourceManager,
-                 job_master_config: JobMasterConfig) -> None:
+                 conf: Configuration) -> None:
         super().__init__(rpc, "dispatcher", DispatcherGateway)
         self._resource_manager = resource_manager
-        self._job_master_config = job_master_config
+        self._conf = conf
+        JobMasterConfig.from_configuration(conf)  # the cluster's own settings must hold
         self.jobs: dict[JobID, JobRecord] = {}
 
     async def on_stop(self) -> None:
@@ -54,7 +60,9 @@ class Dispatcher(RpcEndpoint):
         graph.validate()
         if graph.job_id in self.jobs:
             raise ValueError(f"job {graph.job_id} was already submitted")
-        job_master = JobMaster(self.rpc, graph, self.rpc.address, self._job_master_config,
+        config = JobMasterConfig.from_configuration(
+            options.job_configuration(self._conf, graph.configuration))
+        job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
                                on_terminated=self._job_terminated)
         self.jobs[graph.job_id] = JobRecord(job_master)
         self.spawn(job_master.run(), f"jobmaster-{graph.job_id}")

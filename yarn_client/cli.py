@@ -154,7 +154,9 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             executor = PerJobExecutor(conf, yarn_options(name, queue, tags, (program, *files), conf),
                                       detached)
         else:
-            executor = SessionExecutor(application_id)
+            # The session's configuration is its own; the job-level -D go with the jobs.
+            executor = SessionExecutor(application_id,
+                                       job_settings=options.job_settings(conf.raw()))
     except (YarnDeploymentError, RestError, HadoopConfigError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)

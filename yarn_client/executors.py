@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, TextIO
+from typing import Callable, Mapping, TextIO
+
+import msgspec
 
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
@@ -52,12 +54,18 @@ def result_of(details: JobDetails) -> JobResult:
 class ClusterExecutor:
     """Submits to a running cluster and waits (attached)."""
 
-    def __init__(self, rest: RestClient, out: TextIO = sys.stderr) -> None:
+    def __init__(self, rest: RestClient, out: TextIO = sys.stderr,
+                 job_settings: Mapping[str, str] | None = None) -> None:
+        """`job_settings`: job-level options (`-D`) for jobs that do not set them."""
         self.rest = rest
         self.out = out
+        self.job_settings = dict(job_settings or {})
         self.submitted: list[str] = []
 
     def execute(self, graph: JobGraph) -> JobResult:
+        if self.job_settings:
+            graph = msgspec.structs.replace(
+                graph, configuration={**self.job_settings, **graph.configuration})
         job_id = self.rest.submit(graph)
         self.submitted.append(job_id)
         print(f"submitted job {job_id} ({graph.name})", file=self.out, flush=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Mapping, TextIO
 
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
@@ -78,7 +78,8 @@ class SessionExecutor:
     """`-t yarn-session`: submits into a running session (the given one, or the newest
     of this user's)."""
 
-    def __init__(self, application_id: str | None, out: TextIO = sys.stderr) -> None:
+    def __init__(self, application_id: str | None, out: TextIO = sys.stderr,
+                 job_settings: Mapping[str, str] | None = None) -> None:
         if application_id is None:
             sessions = yarn_cluster.flinkyarn_applications(tag="flinkyarn-session", states=("RUNNING",))
             if not sessions:
@@ -87,7 +88,7 @@ class SessionExecutor:
             application_id = sessions[0]["id"]
         self.app_id = application_id
         self.out = out
-        self.executor = ClusterExecutor(yarn_cluster.connect(application_id), out)
+        self.executor = ClusterExecutor(yarn_cluster.connect(application_id), out, job_settings)
         self.rest = self.executor.rest
         self.results: list[JobResult] = []
 

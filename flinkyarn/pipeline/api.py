@@ -24,6 +24,12 @@ scheduled lazily from the sources (pipelined regions); otherwise exchanges are p
 and every task is deployed at once. Data is Arrow: functions get and return
 pyarrow.RecordBatch.
 
+Fault tolerance per job: `configuration={"restart-strategy.type": "fixed-delay", ...}`
+sets this job's failover and restart strategies over the cluster's (only
+jobmanager.execution.failover-strategy and restart-strategy.* keys; they are checked
+here). `flinkyarn run -D` sets the same keys for every job of the program that does not
+set them itself.
+
 Aggregation output columns: the key columns, then "count" for count(), and
 "<column>_<function>" for the others: sum("n") -> "n_sum", min -> "n_min",
 max -> "n_max", mean -> "n_mean" (float64); aggregate({"n": ["sum", "max"]}) ->
@@ -38,9 +44,11 @@ import inspect
 import os
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import msgspec
 import pyarrow as pa
 
-from flinkyarn import environment
+from flinkyarn import environment, options
+from flinkyarn.configuration import Configuration
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.pipeline.job_graph_builder import build_job_graph
 from flinkyarn.pipeline.operator import Operator, SourceOperator
@@ -96,12 +104,15 @@ class Pipeline:
     """A program: sources, transformations and sinks, run as one job by `execute()`."""
 
     def __init__(self, name: str, parallelism: int = 1, batch_mode: bool = False,
-                 chaining: bool = True) -> None:
+                 chaining: bool = True, configuration: Mapping[str, str] | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"Pipeline: name must be a non-empty string, not {name!r}")
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ValueError(f"Pipeline {name!r}: parallelism must be an int >= 1, "
                              f"not {parallelism!r}")
+        self.configuration = {str(k): str(v) for k, v in (configuration or {}).items()}
+        # Checked now, against the defaults: a bad key or value is the program's line.
+        options.job_configuration(Configuration(), self.configuration)
         self.name = name
         self.parallelism = parallelism
         self.batch_mode = bool(batch_mode)
@@ -193,7 +204,10 @@ class Pipeline:
     def job_graph(self) -> JobGraph:
         """The JobGraph `execute()` submits (a new job id at each call; vertex and
         operator ids are stable)."""
-        return build_job_graph(self._graph)
+        graph = build_job_graph(self._graph)
+        if self.configuration:
+            graph = msgspec.structs.replace(graph, configuration=dict(self.configuration))
+        return graph
 
     def execute(self) -> environment.JobResult:
         """Builds the JobGraph, runs it to the end on the current executor (the cluster

@@ -3,12 +3,15 @@ and a TaskExecutor killed in the middle of a job without losing or duplicating a
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import signal
 import sys
 import time
 
 import cloudpickle
+import msgspec
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -17,6 +20,8 @@ from flinkyarn import Pipeline
 from flinkyarn.pipeline.operator import Operator
 from tests.local.conftest import task_executor_pid, wait_for
 from tests.local.jobs import N, slow_numbers, summing_pipeline
+from yarn_client.executors import ClusterExecutor
+from yarn_client.rest_client import RestError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -187,3 +192,41 @@ def test_a_lost_blocking_partition_reruns_its_producer_and_reuses_the_others(
     assert any("consume" in t and "(2/2)" in t for t in restarted) is not deterministic, restarted
     assert pc.sum(pq.read_table(out).column("n")).as_py() == N * (N + 1) // 2
     assert pq.read_table(out).num_rows == N
+
+
+def test_each_job_of_a_cluster_chooses_its_own_restart_strategy(start_cluster, tmp_path):
+    cluster = start_cluster()  # the cluster's default: no restarts
+    restarting = {"restart-strategy.type": "fixed-delay",
+                  "restart-strategy.fixed-delay.delay": "100 ms"}
+
+    def failing_once(name, **settings):
+        p = Pipeline(name, parallelism=1, **settings)
+        p.from_generator(slow_numbers).map(FailOnce(str(tmp_path / f"{name}-failed"))) \
+            .write_parquet(str(tmp_path / name))
+        return p
+
+    _, restarted = run(cluster, failing_once("own settings", configuration=restarting))
+    _, failed = run(cluster, failing_once("cluster settings"))
+    # As `flinkyarn run -D` does for a session: the client's job-level settings go with
+    # each job that has none of its own.
+    result = ClusterExecutor(cluster.rest, io.StringIO(), job_settings=restarting) \
+        .execute(failing_once("client settings").job_graph())
+
+    assert (restarted.status, restarted.restarts) == ("FINISHED", 1)
+    assert (failed.status, failed.restarts) == ("FAILED", 0)
+    assert "transient failure" in failed.failure_cause
+    assert result.status == "FINISHED"
+
+
+def test_a_job_with_bad_settings_is_refused_and_leaves_nothing_behind(cluster):
+    graph = summing_pipeline("/tmp/never").job_graph()
+    for settings, message in [
+            ({"taskmanager.numberOfTaskSlots": "8"},
+             "a job cannot set option 'taskmanager.numberOfTaskSlots': it is the cluster's"),
+            ({"restart-strategy.type": "sometimes"}, "restart-strategy.type"),
+            ({"restart-strategy.fixed-delay.atempts": "3"}, "unknown option"),
+            ({"jobmanager.execution.failover-strategy": "restart-individual"},
+             "restart-individual")]:
+        with pytest.raises(RestError, match=re.escape(message)):
+            cluster.rest.submit(msgspec.structs.replace(graph, configuration=settings))
+    assert cluster.rest.jobs().jobs == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from flinkyarn import environment
+from flinkyarn.configuration import ConfigurationError
 from flinkyarn.jobgraph import DistributionPattern, ResultPartitionType, ScheduleMode
 from flinkyarn.pipeline.api import DataStream, KeyedStream, Pipeline
 from flinkyarn.pipeline.describe import describe_job_graph
@@ -511,3 +513,26 @@ def test_describe_shows_vertices_operators_and_edges():
     assert ("v1 -> v2  hash [word], blocking, all_to_all  (normalise => sum(n))"
             in text)
     assert describe_job_graph(wordcount_program().job_graph()) == text
+
+
+# ---- the job's own settings -------------------------------------------------------------------
+
+def test_a_pipeline_carries_its_fault_tolerance_settings_in_its_job_graph():
+    p = Pipeline("settings", configuration={"restart-strategy.type": "fixed-delay",
+                                            "jobmanager.execution.failover-strategy": "full"})
+    p.add_source(Numbers(), name="n").write_parquet("/tmp/out")
+    assert p.job_graph().configuration == {"restart-strategy.type": "fixed-delay",
+                                           "jobmanager.execution.failover-strategy": "full"}
+    plain = Pipeline("no settings")
+    plain.add_source(Numbers(), name="n").write_parquet("/tmp/out")
+    assert plain.job_graph().configuration == {}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"taskmanager.numberOfTaskSlots": "8"}, "a job cannot set option 'taskmanager.numberOfTaskSlots'"),
+    ({"restart-strategy.type": "sometimes"}, "bad value 'sometimes' for option 'restart-strategy.type'"),
+    ({"restart-strategy.fixed-delay.atempts": "3"}, "did you mean 'restart-strategy.fixed-delay.attempts'"),
+])
+def test_bad_settings_are_refused_where_the_pipeline_is_made(settings, message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        Pipeline("bad", configuration=settings)
