@@ -1,10 +1,12 @@
-"""Task functions for local-cluster tests. They coordinate with the test through files
-in a folder: `started-*` / `finished-*` / `stopped-*` markers, and a `go` file they wait for.
-The conftest registers this module for pickling by value, so TaskExecutors need not
-import the tests."""
+"""Task functions and pipelines for the tests that run on clusters (local and YARN).
+Task functions coordinate with the test through files in a folder: `started-*` /
+`finished-*` / `stopped-*` markers, and a `go` file they wait for. The local conftest
+registers this module for pickling by value, so TaskExecutors need not import the
+tests."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flinkyarn import Pipeline
-
+from flinkyarn.pipeline.operator import Operator
 from taskexecutor.task import TaskCancelled
 
 
@@ -67,9 +69,48 @@ def slow_numbers(subtask: int, parallelism: int):
         yield pa.record_batch([chunk, pc.bit_wise_and(chunk, 3)], names=["n", "k"])
 
 
-def summing_pipeline(out: str) -> Pipeline:
+def summing_pipeline(out: str, configuration: dict[str, str] | None = None) -> Pipeline:
     """Sums 1..N per key across two subtasks: the result is exact only if no record is
     lost or counted twice (column n_sum adds up to N(N+1)/2)."""
-    p = Pipeline("sum", parallelism=2)
+    p = Pipeline("sum", parallelism=2, configuration=configuration)
     p.from_generator(slow_numbers).key_by("k").sum("n").write_parquet(str(out))
     return p
+
+
+def always_fails(batch):
+    raise ValueError("column n has a negative value")
+
+
+class FailOnce:
+    """A map that fails the first time any attempt calls it (a marker file remembers;
+    all TaskExecutors are on this machine), then passes batches on."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __call__(self, batch):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("transient failure")
+        return batch
+
+
+class SlowOnSubtaskZero(Operator):
+    """Passes batches on; subtask 0 writes its TaskExecutor's pid to `folder`/pid-ATTEMPT
+    and dawdles, so a test can kill it in the middle while subtask 1 runs ahead."""
+
+    name = "consume"
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def open(self, context):
+        super().open(context)
+        if context.subtask_index == 0:
+            with open(os.path.join(self.folder, f"pid-{context.attempt_number}"), "w") as f:
+                f.write(str(os.getpid()))
+
+    def process(self, batch, input_index):
+        if self.context.subtask_index == 0:
+            time.sleep(0.1)
+        return (batch,)

@@ -1,24 +1,22 @@
-"""Failover on the real local Hadoop: a TaskExecutor's process is killed inside its YARN
-container in the middle of a job. YARN reports the container's end, the ResourceManager
-tells the JobMaster and asks YARN for a replacement container, and the job finishes with
-every record counted once."""
+"""Failover on the real local Hadoop, with the scenarios of tests/failover_scenarios.py
+(which run locally too) in YARN sessions, outputs on HDFS. A TaskExecutor's process is
+killed inside its YARN container in the middle of a job: YARN reports the container's
+end, the ResourceManager tells the JobMaster and asks YARN for a replacement container,
+and the job finishes with every record counted once. A frozen one is found by heartbeat
+timeout."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 import signal
 import uuid
 from pathlib import Path
 
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
 from flinkyarn.configuration import Configuration
-from flinkyarn.connectors.filesystems import resolve
-from tests.local.conftest import wait_for
-from tests.local.jobs import N, summing_pipeline
+from tests import failover_scenarios as scenarios
 from tests.yarn.test_on_yarn import TAG, flinkyarn
 from yarn_client import yarn_cluster
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
@@ -54,41 +52,61 @@ def containers(app_id: str) -> list:
             ["taskexecutor"], ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
 
 
-def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact():
-    # A heartbeat timeout far longer than the job: only YARN's report of the container's
-    # end can explain a quick recovery.
-    conf = Configuration.load(overrides={
-        "heartbeat.interval": "1 s", "heartbeat.timeout": "120 s",
-        "taskmanager.numberOfTaskSlots": "2",
-        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
-        "restart-strategy.fixed-delay.delay": "200 ms"})
-    deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,), name="failover test")) \
-        .deploy("session")
-    rest, app_id = deployment.rest, deployment.app_id
-    out = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}/sums"
+@contextlib.contextmanager
+def session(scratch: Path, name: str, **overrides: str):
+    """A YARN session with test-sized heartbeats, as a scenario Target; stopped after."""
+    conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
+                                         **overrides})
+    deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,), name=name)).deploy("session")
+    outputs = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
     try:
-        job_id = rest.submit(summing_pipeline(out).job_graph())
-        wait_for(lambda: all(v.state_counts.get("RUNNING") == v.parallelism
-                             for v in rest.job(job_id).vertices), 180, "every task running")
-        [victim] = [te.resource_id for te in rest.overview().task_executors]
-        os.kill(task_executor_process(victim), signal.SIGKILL)
-        details = wait_for(lambda: (d := rest.job(job_id)).status in
-                           ("FINISHED", "FAILED", "CANCELED") and d, 110, "the job to end")
+        yield deployment.app_id, scenarios.Target(deployment.rest, task_executor_process,
+                                                  outputs, scratch)
+    finally:
+        result = flinkyarn("session", "stop", deployment.app_id)
+    assert result.returncode == 0, result.stderr
+    report = yarn_cluster.application_report(deployment.app_id)
+    assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
 
-        assert details.status == "FINISHED", details.failure_cause
-        assert details.restarts >= 1
+
+@pytest.fixture(scope="module")
+def one_slot_session(hadoop, tmp_path_factory):
+    """One slot per TaskExecutor container, so a job of parallelism 2 spans two."""
+    with session(tmp_path_factory.mktemp("failover"), "failover scenarios",
+                 **{"taskmanager.numberOfTaskSlots": "1"}) as (_, target):
+        yield target
+
+
+def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact(tmp_path):
+    # A heartbeat timeout far longer than the job: only YARN's report of the container's
+    # end can explain a quick recovery. Two slots: the replacement is a new container.
+    with session(tmp_path, "failover test", **{"heartbeat.timeout": "120 s",
+                                               "taskmanager.numberOfTaskSlots": "2"}) \
+            as (app_id, target):
+        details, victim = scenarios.harm_a_task_executor_mid_job(target, signal.SIGKILL)
+
         assert f"TaskExecutor {victim} container" in details.root_cause
         assert "timed out" not in details.root_cause
-        filesystem, path = resolve(out)
-        table = pq.read_table(path, filesystem=filesystem)
-        assert pc.sum(table.column("n_sum")).as_py() == N * (N + 1) // 2
-        assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
         # The killed container ended FAILED; the job finished in a replacement.
         states = sorted(str(c.state) for c in containers(app_id))
         assert states.count("FAILED") == 1 and len(states) >= 2, states
-        assert victim not in {te.resource_id for te in rest.overview().task_executors}
-    finally:
-        result = flinkyarn("session", "stop", app_id)
-    assert result.returncode == 0, result.stderr
-    report = yarn_cluster.application_report(app_id)
-    assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+        assert victim not in {te.resource_id for te in target.rest.overview().task_executors}
+
+
+def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(one_slot_session):
+    details, victim = scenarios.harm_a_task_executor_mid_job(one_slot_session, signal.SIGSTOP)
+    assert f"heartbeat of TaskExecutor {victim} timed out" in details.root_cause
+
+
+def test_failing_udf_exhausts_the_fixed_delay_strategy(one_slot_session):
+    scenarios.failing_udf_exhausts_fixed_delay(one_slot_session)
+
+
+def test_a_failure_in_one_of_two_regions_restarts_only_that_region(one_slot_session):
+    scenarios.failure_in_one_of_two_regions_restarts_only_that_region(one_slot_session)
+
+
+@pytest.mark.parametrize("exchange, deterministic", [("key_by", True), ("rebalance", False)])
+def test_a_lost_blocking_partition_reruns_its_producer(one_slot_session, exchange, deterministic):
+    scenarios.lost_blocking_partition_reruns_its_producer(one_slot_session, exchange,
+                                                          deterministic)

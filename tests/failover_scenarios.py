@@ -1,0 +1,158 @@
+"""Failover scenarios run the same way on a local cluster of processes and on a YARN
+session (tests/local/test_failover.py, tests/yarn/test_failover_on_yarn.py). Each
+submits a job that sets its own restart and failover strategies, harms it (a TaskExecutor
+killed or frozen, a UDF failing), and checks the outcome: the job's result to the record
+and the restarts it reports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from flinkyarn import Pipeline
+from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.gateways.dispatcher import JobDetails
+from tests.local.conftest import wait_for
+from tests.local.jobs import (N, FailOnce, SlowOnSubtaskZero, always_fails, slow_numbers,
+                              summing_pipeline)
+from yarn_client.rest_client import RestClient
+
+RESTARTING = {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
+              "restart-strategy.fixed-delay.delay": "200 ms"}
+REGION = {**RESTARTING, "jobmanager.execution.failover-strategy": "region"}
+TOTAL = N * (N + 1) // 2
+
+
+@dataclass
+class Target:
+    """A running cluster: its REST API, how to find a TaskExecutor's process (on this
+    machine), where jobs write (a folder or an hdfs:// URL) and a local scratch folder."""
+
+    rest: RestClient
+    pid_of: Callable[[str], int]
+    outputs: str
+    scratch: Path
+
+    def output(self, name: str) -> str:
+        return f"{self.outputs.rstrip('/')}/{name}-{uuid.uuid4().hex[:8]}"
+
+    def submit(self, pipeline: Pipeline) -> str:
+        return self.rest.submit(pipeline.job_graph())
+
+    def wait_until_running(self, job_id: str, timeout: float = 180) -> None:
+        wait_for(lambda: all(v.state_counts.get("RUNNING") == v.parallelism
+                             for v in self.rest.job(job_id).vertices), timeout, "every task running")
+
+    def result(self, job_id: str, timeout: float = 180) -> JobDetails:
+        return wait_for(lambda: (d := self.rest.job(job_id)).status in
+                        ("FINISHED", "FAILED", "CANCELED") and d, timeout, "the job to end")
+
+
+def read(path: str) -> pa.Table:
+    filesystem, local = resolve(path)
+    return pq.read_table(local, filesystem=filesystem)
+
+
+def restarted_tasks(details: JobDetails) -> set[str]:
+    return {task for restart in details.restart_history for task in restart.restarted}
+
+
+def harm_a_task_executor_mid_job(target: Target, how: signal.Signals,
+                                 pause: float = 0.3) -> tuple[JobDetails, str]:
+    """SIGKILL or SIGSTOP (thawed once the job ended) one TaskExecutor of a running
+    summing job: the job must still finish with every record counted once. Returns the
+    job's details and the harmed TaskExecutor's resource id."""
+    out = target.output("sum")
+    job_id = target.submit(summing_pipeline(out, RESTARTING))
+    target.wait_until_running(job_id)
+    time.sleep(pause)  # somewhere in the middle
+    victim = target.rest.overview().task_executors[0].resource_id
+    pid = target.pid_of(victim)
+    os.kill(pid, how)
+    try:
+        details = target.result(job_id)
+    finally:
+        if how is signal.SIGSTOP:
+            os.kill(pid, signal.SIGCONT)
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.restarts >= 1 and victim in (details.root_cause or "")
+    table = read(out)
+    assert pc.sum(table.column("n_sum")).as_py() == TOTAL
+    assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
+    return details, victim
+
+
+def failing_udf_exhausts_fixed_delay(target: Target) -> None:
+    p = Pipeline("always failing", parallelism=1,
+                 configuration={**RESTARTING, "restart-strategy.fixed-delay.attempts": "2"})
+    p.from_generator(slow_numbers).map(always_fails, name="check") \
+        .write_parquet(target.output("never"))
+
+    details = target.result(target.submit(p))
+
+    assert details.status == "FAILED"
+    assert details.restarts == 2 and len(details.restart_history) == 2
+    assert "operator 'check': ValueError: column n has a negative value" in details.failure_cause
+
+
+def failure_in_one_of_two_regions_restarts_only_that_region(target: Target) -> None:
+    p = Pipeline("two regions", parallelism=1, configuration=REGION)
+    left, right = target.output("left"), target.output("right")
+    p.from_generator(slow_numbers, name="left source").map(lambda b: b, name="left") \
+        .write_parquet(left)
+    p.from_generator(slow_numbers, name="right source") \
+        .map(FailOnce(str(target.scratch / f"failed-once-{uuid.uuid4().hex}")), name="right") \
+        .write_parquet(right)
+
+    details = target.result(target.submit(p))
+
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.restarts == 1
+    [restart] = details.restart_history
+    assert restart.restarted and all("right" in task for task in restart.restarted)
+    for side in (left, right):
+        assert pc.sum(read(side).column("n")).as_py() == TOTAL
+
+
+def lost_blocking_partition_reruns_its_producer(target: Target, exchange: str,
+                                                deterministic: bool) -> None:
+    """Needs one slot per TaskExecutor. A batch job: producer i and consumer i share
+    slot i on TaskExecutor i. TaskExecutor 0 is killed while consumer 0 reads, after
+    consumer 1 is done. The blocking result of producer 0 is lost with it: producer 0
+    runs again; producer 1's result, on the surviving TaskExecutor, is read again, not
+    recomputed. Consumer 1 runs again only behind a non-deterministic exchange
+    (rebalance), whose re-run producer may send it different records."""
+    folder = target.scratch / f"pids-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    out = target.output("lost")
+    p = Pipeline("lost partition", parallelism=2, batch_mode=True, configuration=REGION)
+    numbers = p.from_generator(slow_numbers, name="numbers")
+    exchanged = numbers.key_by("k") if exchange == "key_by" else numbers.rebalance()
+    exchanged.transform(SlowOnSubtaskZero(str(folder)), name="consume").write_parquet(out)
+    job_id = target.submit(p)
+
+    def consumers():
+        [vertex] = [v for v in target.rest.job(job_id).vertices if "consume" in v.name]
+        return vertex.state_counts
+    wait_for(lambda: consumers().get("FINISHED") == 1 and consumers().get("RUNNING") == 1,
+             180, "consumer 1 finished while consumer 0 reads")
+    os.kill(int((folder / "pid-0").read_text()), signal.SIGKILL)  # its first attempt's
+    details = target.result(job_id)
+
+    assert details.status == "FINISHED", details.failure_cause
+    restarted = restarted_tasks(details)
+    assert any(t.startswith("Source: numbers") and "(1/2)" in t for t in restarted), restarted
+    assert not any(t.startswith("Source: numbers") and "(2/2)" in t for t in restarted), restarted
+    assert any("consume" in t and "(1/2)" in t for t in restarted), restarted
+    assert any("consume" in t and "(2/2)" in t for t in restarted) is not deterministic, restarted
+    table = read(out)
+    assert pc.sum(table.column("n")).as_py() == TOTAL and table.num_rows == N
