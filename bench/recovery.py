@@ -68,7 +68,9 @@ poll (--poll-ms) plus one REST round trip late. On YARN, "kill -> JobMaster told
 depends on where in skein's allocate cycle (5 s while no container is pending) the kill
 falls: YARN reports a container's end to skein's ApplicationMaster only on that
 heartbeat. The cold-start baseline's submissions are spread over that cycle (as
-bench/yarn.py does); the kill comes KILL_AFTER after its job runs, wherever that is.
+bench/yarn.py does); the kills are not: each comes KILL_AFTER after its job runs, and
+that job's container was allocated on one of those heartbeats, so the kills tend to fall
+at the same point of the cycle run after run.
 These machines are shared and noisy: compare ratios, never assert on absolute times.
 
 usage: .venv/bin/python bench/recovery.py [--runs 5] [--yarn-runs 3] [--poll-ms 20]
