@@ -50,6 +50,9 @@ HEARTBEAT_INTERVAL = option(
 HEARTBEAT_TIMEOUT = option(
     "heartbeat.timeout", DURATION, "50 s",
     "A monitored component that has not answered a heartbeat for this long is considered dead.")
+HEARTBEAT_RPC_FAILURE_THRESHOLD = option(
+    "heartbeat.rpc-failure-threshold", integer(-1), "2",
+    "Consecutive heartbeat calls that cannot reach a target (its process is gone: connection refused) before it is declared dead without waiting for heartbeat.timeout; -1 turns this off. Calls that reach a frozen target and time out do not count.")
 
 # Slots
 SLOT_REQUEST_TIMEOUT = option(
@@ -215,10 +218,13 @@ def job_configuration(cluster: Configuration, settings: Mapping[str, str]) -> Co
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatConfig:
-    """Heartbeat timing in seconds. Invariant: 0 < interval < timeout."""
+    """Heartbeat timing in seconds. Invariant: 0 < interval < timeout. A target is also
+    dead after `rpc_failure_threshold` consecutive calls that could not reach it (None:
+    only the timeout counts)."""
 
     interval: float
     timeout: float
+    rpc_failure_threshold: int | None = None
 
     def __post_init__(self) -> None:
         if self.interval <= 0:
@@ -228,10 +234,15 @@ class HeartbeatConfig:
                 f"option {HEARTBEAT_TIMEOUT.key!r} ({self.timeout:g} s) must be greater than "
                 f"{HEARTBEAT_INTERVAL.key!r} ({self.interval:g} s)"
             )
+        if self.rpc_failure_threshold is not None and self.rpc_failure_threshold < 1:
+            raise ConfigurationError(f"option {HEARTBEAT_RPC_FAILURE_THRESHOLD.key!r} must be "
+                                     f"-1 (off) or at least 1, not {self.rpc_failure_threshold}")
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> HeartbeatConfig:
-        return cls(interval=conf.get(HEARTBEAT_INTERVAL), timeout=conf.get(HEARTBEAT_TIMEOUT))
+        threshold = conf.get(HEARTBEAT_RPC_FAILURE_THRESHOLD)
+        return cls(interval=conf.get(HEARTBEAT_INTERVAL), timeout=conf.get(HEARTBEAT_TIMEOUT),
+                   rpc_failure_threshold=None if threshold == -1 else threshold)
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,9 +154,10 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             executor = PerJobExecutor(conf, yarn_options(name, queue, tags, (program, *files), conf),
                                       detached)
         else:
-            # The session's configuration is its own; the job-level -D go with the jobs.
-            executor = SessionExecutor(application_id,
-                                       job_settings=options.job_settings(conf.raw()))
+            # The session's configuration is its own; the job-level -D (not the client's
+            # config file) go with the jobs.
+            executor = SessionExecutor(application_id, job_settings=options.job_settings(
+                parse_dynamic_properties(properties)))
     except (YarnDeploymentError, RestError, HadoopConfigError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)

@@ -290,7 +290,15 @@ def test_default_config_file_is_the_repository_one_in_a_checkout(monkeypatch):
 
 
 def test_heartbeat_config_from_defaults():
-    assert HeartbeatConfig.from_configuration(Configuration()) == HeartbeatConfig(interval=10.0, timeout=50.0)
+    assert HeartbeatConfig.from_configuration(Configuration()) == HeartbeatConfig(
+        interval=10.0, timeout=50.0, rpc_failure_threshold=2)
+
+
+def test_heartbeat_rpc_failure_threshold_minus_one_turns_it_off_and_zero_is_refused():
+    off = Configuration({"heartbeat.rpc-failure-threshold": "-1"})
+    assert HeartbeatConfig.from_configuration(off).rpc_failure_threshold is None
+    with pytest.raises(ConfigurationError, match="'heartbeat.rpc-failure-threshold' must be -1"):
+        HeartbeatConfig.from_configuration(Configuration({"heartbeat.rpc-failure-threshold": "0"}))
 
 
 @pytest.mark.parametrize("timeout", ["10 s", "5 s"])

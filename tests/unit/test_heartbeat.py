@@ -6,6 +6,7 @@ import asyncio
 
 from flinkyarn.clock import ManualClock
 from flinkyarn.heartbeat import HeartbeatManager
+from flinkyarn.rpc.errors import Unreachable
 
 
 def manager(clock, timeouts, payloads=None, answer=None):
@@ -80,3 +81,54 @@ def test_sender_records_answers_and_not_failures():
     assert payloads == [("ok", "report-1")]
     assert sorted(hb.check_timeouts()) == ["broken", "frozen"]
     assert hb.targets() == ["ok"]
+
+
+def test_a_target_no_call_reaches_is_dead_after_the_threshold_and_a_frozen_one_is_not():
+    clock, timeouts, unreachable = ManualClock(), [], []
+    hb = HeartbeatManager("jm", timeout=50.0, clock=clock, on_timeout=timeouts.append,
+                          rpc_failure_threshold=2,
+                          on_unreachable=lambda rid, detail: unreachable.append((rid, detail)))
+    flaky_answers = iter([Unreachable("te: connection refused"), "report"])
+
+    async def gone(payload):
+        raise Unreachable("te: connection refused")
+
+    async def frozen(payload):
+        await asyncio.sleep(10)
+
+    async def flaky(payload):
+        answer = next(flaky_answers, Unreachable("te: connection refused"))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    for rid, request in (("gone", gone), ("frozen", frozen), ("flaky", flaky)):
+        hb.monitor_target(rid, request)
+    asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    assert unreachable == [] and hb.is_monitored("gone")  # one failed call is not enough
+    asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    # "gone" failed twice in a row; "flaky" answered in between, so it starts counting anew.
+    assert unreachable == [("gone", "2 heartbeat calls in a row could not reach it: "
+                                    "te: connection refused")]
+    assert sorted(hb.targets()) == ["flaky", "frozen"]
+    asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    assert [rid for rid, _ in unreachable] == ["gone"]
+    # Calls that reach a frozen target and time out are the timeout's business ("flaky"
+    # has been silent as long); "gone" is not reported twice.
+    clock.advance(51)
+    assert sorted(hb.check_timeouts()) == ["flaky", "frozen"] == sorted(timeouts)
+
+
+def test_without_a_threshold_only_the_timeout_declares_a_target_dead():
+    clock, timeouts = ManualClock(), []
+    hb = HeartbeatManager("jm", timeout=50.0, clock=clock, on_timeout=timeouts.append)
+
+    async def gone(payload):
+        raise Unreachable("te: connection refused")
+
+    hb.monitor_target("gone", gone)
+    for _ in range(5):
+        asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    assert hb.is_monitored("gone") and timeouts == []
+    clock.advance(51)
+    assert hb.check_timeouts() == ["gone"]

@@ -78,9 +78,11 @@ def one_slot_session(hadoop, tmp_path_factory):
 
 
 def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact(tmp_path):
-    # A heartbeat timeout far longer than the job: only YARN's report of the container's
-    # end can explain a quick recovery. Two slots: the replacement is a new container.
+    # A heartbeat timeout far longer than the job, and no heartbeat.rpc-failure-threshold:
+    # only YARN's report of the container's end can explain a quick recovery. Two slots:
+    # the replacement is a new container.
     with session(tmp_path, "failover test", **{"heartbeat.timeout": "120 s",
+                                               "heartbeat.rpc-failure-threshold": "-1",
                                                "taskmanager.numberOfTaskSlots": "2"}) \
             as (app_id, target):
         details, victim = scenarios.harm_a_task_executor_mid_job(target, signal.SIGKILL)
@@ -91,6 +93,13 @@ def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact(tmp_
         states = sorted(str(c.state) for c in containers(app_id))
         assert states.count("FAILED") == 1 and len(states) >= 2, states
         assert victim not in {te.resource_id for te in target.rest.overview().task_executors}
+
+
+def test_killed_task_executor_is_found_by_whichever_comes_first(one_slot_session):
+    # Heartbeat calls refused twice (1 s apart) or YARN's report of the container's end.
+    details, victim = scenarios.harm_a_task_executor_mid_job(one_slot_session, signal.SIGKILL)
+    assert (f"TaskExecutor {victim} is unreachable" in details.root_cause
+            or f"TaskExecutor {victim} container" in details.root_cause), details.root_cause
 
 
 def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(one_slot_session):

@@ -7,8 +7,10 @@ Connections and heartbeats (seed articles):
   ResourceManager timeout the SlotPool is disconnected (pending requests are resent
   on reconnection) and registration starts again.
 - TaskExecutors register here when the ResourceManager gives them a slot of this job;
-  the JobMaster heartbeats each. On a TaskExecutor timeout its slots are released from
-  the SlotPool, and the tasks in them fail.
+  the JobMaster heartbeats each. On a TaskExecutor timeout (or heartbeat.rpc-failure-
+  threshold calls in a row that cannot reach it, or the ResourceManager reporting its
+  process or container ended) its slots are released from the SlotPool, and the tasks in
+  them fail.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from flinkyarn.ids import JobMasterId, ResourceID, ResourceManagerId, new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
-from flinkyarn.rpc.errors import RemoteError, RpcError
+from flinkyarn.rpc.errors import RemoteError, RpcError, Unreachable
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster import scheduler as sch
@@ -112,9 +114,11 @@ class JobMaster(RpcEndpoint):
         self._rm_resource_id: ResourceID | None = None
         self.task_managers: dict[ResourceID, TaskManagerRecord] = {}
         timeout = config.heartbeat.timeout
+        threshold = config.heartbeat.rpc_failure_threshold
         self._tm_heartbeats: HeartbeatManager = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._task_manager_timed_out,
-            payload_for=lambda _rid: te.JobHeartbeatRequest(self.resource_id, self.job_id))
+            payload_for=lambda _rid: te.JobHeartbeatRequest(self.resource_id, self.job_id),
+            rpc_failure_threshold=threshold, on_unreachable=self._task_manager_unreachable)
         self._rm_heartbeats: HeartbeatManager = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._resource_manager_timed_out)
         self.start_time = time.time()
@@ -242,6 +246,9 @@ class JobMaster(RpcEndpoint):
     def _task_manager_timed_out(self, resource_id: ResourceID) -> None:
         self._task_manager_lost(resource_id, f"heartbeat of TaskExecutor {resource_id} timed out")
 
+    def _task_manager_unreachable(self, resource_id: ResourceID, detail: str) -> None:
+        self._task_manager_lost(resource_id, f"TaskExecutor {resource_id} is unreachable: {detail}")
+
     def _task_manager_lost(self, resource_id: ResourceID, cause: str) -> None:
         record = self.task_managers.pop(resource_id, None)
         if record is None:
@@ -334,6 +341,11 @@ class JobMaster(RpcEndpoint):
                 raise RpcError(f"TaskExecutor {d.resource_id} is not connected")
             await record.gateway.submit_task(te.SubmitTask(self.job_master_id, d))
         except RpcError as error:
+            if isinstance(error, Unreachable):
+                # Refused: the TaskExecutor is gone. Dropping it now, before its heartbeats
+                # tell, keeps the restart from reusing its cached slots (and failing again).
+                self._task_manager_lost(d.resource_id, f"TaskExecutor {d.resource_id} is "
+                                                       f"unreachable: {error}")
             self._run_scheduler(self.scheduler.task_state_changed(
                 d.attempt_id, ExecutionState.FAILED,
                 f"deploying {d.vertex_name} ({d.subtask_index + 1}/{d.parallelism}) to "

@@ -7,6 +7,8 @@ heartbeat article:
 - TaskExecutor: its slots are removed from the SlotManager (in-flight requests go back
   to pending), and it is told to reconnect; a live one registers again.
 - JobMaster: its pending slot requests are dropped; a live one registers again.
+A target that heartbeat.rpc-failure-threshold calls in a row cannot reach is treated as
+timed out, at once.
 A worker whose process or container ends is treated like a TaskExecutor timeout, at
 once (whichever comes first), and every JobMaster is told the TaskExecutor is gone
 (`disconnect_task_manager`), so its tasks are failed and rescheduled without waiting for
@@ -104,13 +106,16 @@ class ResourceManager(RpcEndpoint):
         # Workers requested from the driver and not yet terminated; True once registered.
         self.workers: dict[str, bool] = {}
         timeout = config.heartbeat.timeout
+        threshold = config.heartbeat.rpc_failure_threshold
         self._te_heartbeats: HeartbeatManager[SlotReport, HeartbeatRequest] = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._task_executor_timed_out,
             on_payload=self._slot_report_received,
-            payload_for=lambda _rid: HeartbeatRequest(self.resource_id))
+            payload_for=lambda _rid: HeartbeatRequest(self.resource_id),
+            rpc_failure_threshold=threshold, on_unreachable=self._task_executor_unreachable)
         self._jm_heartbeats: HeartbeatManager[Ack, HeartbeatRequest] = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._job_master_timed_out,
-            payload_for=lambda _rid: HeartbeatRequest(self.resource_id))
+            payload_for=lambda _rid: HeartbeatRequest(self.resource_id),
+            rpc_failure_threshold=threshold)
 
     async def on_start(self) -> None:
         await self.driver.initialize(self, self.rpc.address, self.spawn)
@@ -158,6 +163,9 @@ class ResourceManager(RpcEndpoint):
 
     def _task_executor_timed_out(self, resource_id: ResourceID) -> None:
         self._close_task_executor_connection(resource_id, "heartbeat timed out", reconnect=True)
+
+    def _task_executor_unreachable(self, resource_id: ResourceID, detail: str) -> None:
+        self._close_task_executor_connection(resource_id, f"unreachable: {detail}", reconnect=True)
 
     def _close_task_executor_connection(self, resource_id: ResourceID, cause: str,
                                         reconnect: bool) -> None:
