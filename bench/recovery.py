@@ -7,8 +7,10 @@ TaskExecutor, and how much of a job region failover restarts compared with resta
    task is RUNNING and KILL_AFTER more seconds have passed, the TaskExecutor holding the
    job's slots gets
 
-       SIGKILL  its process ends: the local driver or YARN reports it, and the
-                ResourceManager tells the JobMaster at once;
+       SIGKILL  its process ends: the local driver or YARN reports it and the
+                ResourceManager tells the JobMaster, or the JobMaster's heartbeat calls
+                are refused heartbeat.rpc-failure-threshold (2) times in a row,
+                whichever comes first;
        SIGSTOP  it is frozen, alive to the kernel and to YARN: only the heartbeat timeout
                 (heartbeat.timeout) tells; SIGCONT once the job has finished;
 
@@ -286,6 +288,8 @@ def harm_and_watch(rest: RestClient, job_id: str, out: str, how: str, poll: floa
 def detected_by(root_cause: str | None) -> str:
     if root_cause and "timed out" in root_cause:
         return "heartbeat timeout"
+    if root_cause and "unreachable" in root_cause:
+        return "calls refused"
     if root_cause and "container" in root_cause:
         return "container end"
     if root_cause and "process" in root_cause:
