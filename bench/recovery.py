@@ -119,7 +119,8 @@ from flinkyarn.gateways.dispatcher import JobDetails  # noqa: E402
 from flinkyarn.ids import ExecutionVertexID  # noqa: E402
 from tests.local import jobs  # noqa: E402
 from tests.local.conftest import FAST  # noqa: E402
-from tests.local.jobs import N, slow_numbers, summing_pipeline  # noqa: E402
+from tests.failover_scenarios import task_executor_process  # noqa: E402
+from tests.local.jobs import N, FailOnce, slow_numbers, summing_pipeline  # noqa: E402
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState  # noqa: E402
 from yarn_am.jobmaster.failover_strategy import (FailureKind, RegionFailoverStrategy,  # noqa: E402
                                                  RestartAllFailoverStrategy)
@@ -230,26 +231,6 @@ def submit_until_running(rest: RestClient, out: str, poll: float) -> tuple[str, 
 def finish(rest: RestClient, job_id: str, out: str, poll: float) -> None:
     watch(rest, job_id, {"finished": lambda d: d.status == "FINISHED"}, "finished", poll)
     check_sum(out)
-
-
-def task_executor_process(resource_id: str) -> int:
-    """The pid of TaskExecutor `resource_id` on this machine: a local one has it in its
-    argv (--resource-id), one in a YARN container in its environment
-    (FLINKYARN_RESOURCE_ID)."""
-    in_environment = f"FLINKYARN_RESOURCE_ID={resource_id}".encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if b"taskexecutor" not in argv:
-                continue
-            if resource_id.encode() in argv or \
-                    in_environment in (proc / "environ").read_bytes().split(b"\0"):
-                return int(proc.name)
-        except OSError:
-            continue
-    raise LookupError(f"no process for TaskExecutor {resource_id}")
 
 
 def job_task_executors(rest: RestClient, job_id: str) -> list[str]:
@@ -397,20 +378,6 @@ def local_run(mode: str, delay: str, work: Path, poll: float) -> dict:
         return record
     finally:
         cluster.stop()
-
-
-class FailOnce:
-    """A map that fails on its first call (a marker file remembers), then passes batches
-    on. Defined here (run as __main__), so cloudpickle ships it by value."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __call__(self, batch):
-        if not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            raise RuntimeError("transient failure")
-        return batch
 
 
 def two_regions(folder: str) -> Pipeline:

@@ -24,23 +24,6 @@ from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
 pytestmark = pytest.mark.usefixtures("hadoop")
 
 
-def task_executor_process(resource_id: str) -> int:
-    """The pid of the process a YARN container runs TaskExecutor `resource_id` in (it
-    reaches the container as FLINKYARN_RESOURCE_ID; this is a single-node cluster)."""
-    wanted = f"FLINKYARN_RESOURCE_ID={resource_id}".encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if wanted in environ and b"taskexecutor" in argv:
-            return int(proc.name)
-    raise LookupError(f"no process for TaskExecutor {resource_id}")
-
-
 def containers(app_id: str) -> list:
     import skein
 
@@ -57,10 +40,11 @@ def session(scratch: Path, name: str, **overrides: str):
     """A YARN session with test-sized heartbeats, as a scenario Target; stopped after."""
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
                                          **overrides})
-    deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,), name=name)).deploy("session")
+    deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(f"{TAG}-failover",), name=name)) \
+        .deploy("session")
     outputs = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
     try:
-        yield deployment.app_id, scenarios.Target(deployment.rest, task_executor_process,
+        yield deployment.app_id, scenarios.Target(deployment.rest, scenarios.task_executor_process,
                                                   outputs, scratch)
     finally:
         result = flinkyarn("session", "stop", deployment.app_id)
