@@ -15,6 +15,12 @@ linear in subtasks and partitions grows about 2x, one walking every edge 4x.
     pipelined           region; PIPELINED: one region of 2n subtasks
     full                full; every subtask
 
+Then, for scale of what a restart costs beyond choosing the set: deploying every
+subtask of the PIPELINED n x n job through the Scheduler (start, then a slot for each
+request). Each consumer's descriptor names its n inputs, so this is O(edges): about 4x
+per doubling. (Before a consumer's subpartition was found in constant time, it was a
+sort per input per deployment, O(n^3 log n): 5.8 s at n = 500.)
+
 Pure computation, one process, no cluster. These machines are shared and noisy: compare
 the growth ratios, not the milliseconds; never assert on absolute times.
 
@@ -37,6 +43,7 @@ from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex, ResultPartitionType
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState  # noqa: E402
 from yarn_am.jobmaster.failover_strategy import (FailureKind, RegionFailoverStrategy,  # noqa: E402
                                                  RestartAllFailoverStrategy)
+from yarn_am.jobmaster.scheduler import DeployTask, RequestSlot, Scheduler, SlotInfo  # noqa: E402
 
 S = ExecutionState
 
@@ -94,6 +101,26 @@ def measure(name: str, n: int, repeat: int) -> dict[str, float]:
             "restarted": len(restart)}
 
 
+def measure_deploy(n: int) -> float:
+    """Seconds for the Scheduler to deploy all 2n subtasks of the pipelined n x n job."""
+    a, b = JobVertexID("a"), JobVertexID("b")
+    scheduler = Scheduler(ExecutionGraph(JobGraph(
+        JobID("bench"), f"{n}x{n}", [JobVertex(a, "A", n, b""), JobVertex(b, "B", n, b"")],
+        [JobEdge(a, b)])))
+    gc.collect()
+    start = time.perf_counter()
+    deployed = 0
+    for number, command in enumerate(scheduler.start(0.0)):
+        if isinstance(command, RequestSlot):
+            slot = SlotInfo(f"allocation-{number}", "te", number, "127.0.0.1:1")
+            deployed += sum(isinstance(c, DeployTask)
+                            for c in scheduler.slot_assigned(command.request_id, slot, 0.0))
+    elapsed = time.perf_counter() - start
+    if deployed != 2 * n:
+        raise AssertionError(f"deploy {n}: {deployed} subtasks deployed, expected {2 * n}")
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000])
@@ -116,6 +143,13 @@ def main() -> None:
             call = results[large]["call_s"] / max(results[small]["call_s"], 1e-9)
             print(f"{'':20} growth {small} -> {large}: subtasks x{factor:g}, edges "
                   f"x{factor ** 2:g}; first call x{first:.2f}, call x{call:.2f}")
+    deploys = {n: measure_deploy(n) for n in args.sizes}
+    for n, elapsed in deploys.items():
+        print(f"{'deploy every subtask':20} {n:5d} {n * n:9d} {elapsed:11.2f}s")
+    if len(args.sizes) >= 2:
+        small, large = args.sizes[0], args.sizes[-1]
+        print(f"{'':20} growth {small} -> {large}: x{deploys[large] / deploys[small]:.2f} "
+              f"(edges x{(large / small) ** 2:g})")
 
 
 if __name__ == "__main__":
