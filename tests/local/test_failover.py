@@ -14,7 +14,7 @@ import pytest
 
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
-from tests.local.conftest import task_executor_pid, wait_for
+from tests.local.conftest import wait_for
 from tests.local.jobs import FailOnce, slow_numbers, summing_pipeline
 from yarn_client.executors import ClusterExecutor
 from yarn_client.rest_client import RestError
@@ -22,18 +22,12 @@ from yarn_client.rest_client import RestError
 
 @pytest.fixture
 def target(tmp_path):
+    """Makes the scenarios' Target of a local cluster; jobs write under tmp_path/out."""
     def on(cluster) -> scenarios.Target:
         (tmp_path / "out").mkdir(exist_ok=True)
-        return scenarios.Target(cluster.rest, lambda rid: task_executor_pid(cluster, rid),
+        return scenarios.Target(cluster.rest, scenarios.task_executor_process,
                                 str(tmp_path / "out"), tmp_path)
     return on
-
-
-def run(cluster, pipeline, timeout=120):
-    rest = cluster.rest
-    job_id = rest.submit(pipeline.job_graph())
-    return job_id, wait_for(lambda: (d := rest.job(job_id)).status in ("FINISHED", "FAILED", "CANCELED") and d,
-                            timeout, "the job to end")
 
 
 def test_killing_a_task_executor_mid_job_loses_and_duplicates_nothing(cluster, target):
@@ -70,8 +64,8 @@ def test_a_lost_blocking_partition_reruns_its_producer_and_reuses_the_others(
     scenarios.lost_blocking_partition_reruns_its_producer(target(cluster), exchange, deterministic)
 
 
-def test_each_job_of_a_cluster_chooses_its_own_restart_strategy(start_cluster, tmp_path):
-    cluster = start_cluster()  # the cluster's default: no restarts
+def test_each_job_of_a_cluster_chooses_its_own_restart_strategy(cluster, target, tmp_path):
+    on = target(cluster)  # the cluster's default: no restarts
     restarting = {"restart-strategy.type": "fixed-delay",
                   "restart-strategy.fixed-delay.delay": "100 ms"}
 
@@ -81,8 +75,8 @@ def test_each_job_of_a_cluster_chooses_its_own_restart_strategy(start_cluster, t
             .write_parquet(str(tmp_path / name))
         return p
 
-    _, restarted = run(cluster, failing_once("own settings", configuration=restarting))
-    _, failed = run(cluster, failing_once("cluster settings"))
+    restarted = on.result(on.submit(failing_once("own settings", configuration=restarting)))
+    failed = on.result(on.submit(failing_once("cluster settings")))
     # As `flinkyarn run -D` does for a session: the client's job-level settings go with
     # each job that has none of its own.
     result = ClusterExecutor(cluster.rest, io.StringIO(), job_settings=restarting) \

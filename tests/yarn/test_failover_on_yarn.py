@@ -8,7 +8,9 @@ timeout."""
 from __future__ import annotations
 
 import contextlib
+import html
 import signal
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -44,8 +46,8 @@ def session(scratch: Path, name: str, **overrides: str):
         .deploy("session")
     outputs = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
     try:
-        yield deployment.app_id, scenarios.Target(deployment.rest, scenarios.task_executor_process,
-                                                  outputs, scratch)
+        yield deployment, scenarios.Target(deployment.rest, scenarios.task_executor_process,
+                                           outputs, scratch)
     finally:
         result = flinkyarn("session", "stop", deployment.app_id)
     assert result.returncode == 0, result.stderr
@@ -55,10 +57,16 @@ def session(scratch: Path, name: str, **overrides: str):
 
 @pytest.fixture(scope="module")
 def one_slot_session(hadoop, tmp_path_factory):
-    """One slot per TaskExecutor container, so a job of parallelism 2 spans two."""
+    """(deployment, Target) of a session shared by the module's scenarios. One slot per
+    TaskExecutor container, so a job of parallelism 2 spans two."""
     with session(tmp_path_factory.mktemp("failover"), "failover scenarios",
-                 **{"taskmanager.numberOfTaskSlots": "1"}) as (_, target):
-        yield target
+                 **{"taskmanager.numberOfTaskSlots": "1"}) as (deployment, target):
+        yield deployment, target
+
+
+@pytest.fixture
+def target(one_slot_session) -> scenarios.Target:
+    return one_slot_session[1]
 
 
 def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact(tmp_path):
@@ -68,38 +76,50 @@ def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact(tmp_
     with session(tmp_path, "failover test", **{"heartbeat.timeout": "120 s",
                                                "heartbeat.rpc-failure-threshold": "-1",
                                                "taskmanager.numberOfTaskSlots": "2"}) \
-            as (app_id, target):
+            as (deployment, target):
         details, victim = scenarios.harm_a_task_executor_mid_job(target, signal.SIGKILL)
 
         assert f"TaskExecutor {victim} container" in details.root_cause
         assert "timed out" not in details.root_cause
         # The killed container ended FAILED; the job finished in a replacement.
-        states = sorted(str(c.state) for c in containers(app_id))
+        states = sorted(str(c.state) for c in containers(deployment.app_id))
         assert states.count("FAILED") == 1 and len(states) >= 2, states
         assert victim not in {te.resource_id for te in target.rest.overview().task_executors}
 
 
 def test_killed_task_executor_is_found_by_whichever_comes_first(one_slot_session):
+    deployment, target = one_slot_session
     # Heartbeat calls refused twice (1 s apart) or YARN's report of the container's end.
-    details, victim = scenarios.harm_a_task_executor_mid_job(one_slot_session, signal.SIGKILL)
+    details, victim = scenarios.harm_a_task_executor_mid_job(target, signal.SIGKILL)
     assert (f"TaskExecutor {victim} is unreachable" in details.root_cause
             or f"TaskExecutor {victim} container" in details.root_cause), details.root_cause
 
+    # What an operator sees: the restarts and their root cause, in the shell and on the
+    # dashboard (the page the YARN UI's tracking URL leads to).
+    listed = flinkyarn("list", deployment.app_id)
+    assert listed.returncode == 0, listed.stderr
+    assert f"{details.job_id}  FINISHED   sum  {details.restarts} restart(s)" in listed.stdout
+    assert f"root cause: {details.root_cause.splitlines()[0]}" in listed.stdout
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    page = html.unescape(opener.open(deployment.dashboard_url, timeout=30).read().decode())
+    assert f"{details.restarts} restart(s); root cause: {details.root_cause.splitlines()[0]}" in page
+    assert "restarted 4 task(s)" in page  # one pipelined region: 2 sources, 2 sums
 
-def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(one_slot_session):
-    details, victim = scenarios.harm_a_task_executor_mid_job(one_slot_session, signal.SIGSTOP)
+
+def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(target):
+    details, victim = scenarios.harm_a_task_executor_mid_job(target, signal.SIGSTOP)
     assert f"heartbeat of TaskExecutor {victim} timed out" in details.root_cause
 
 
-def test_failing_udf_exhausts_the_fixed_delay_strategy(one_slot_session):
-    scenarios.failing_udf_exhausts_fixed_delay(one_slot_session)
+def test_failing_udf_exhausts_the_fixed_delay_strategy(target):
+    scenarios.failing_udf_exhausts_fixed_delay(target)
 
 
-def test_a_failure_in_one_of_two_regions_restarts_only_that_region(one_slot_session):
-    scenarios.failure_in_one_of_two_regions_restarts_only_that_region(one_slot_session)
+def test_a_failure_in_one_of_two_regions_restarts_only_that_region(target):
+    scenarios.failure_in_one_of_two_regions_restarts_only_that_region(target)
 
 
 @pytest.mark.parametrize("exchange, deterministic", [("key_by", True), ("rebalance", False)])
-def test_a_lost_blocking_partition_reruns_its_producer(one_slot_session, exchange, deterministic):
-    scenarios.lost_blocking_partition_reruns_its_producer(one_slot_session, exchange,
+def test_a_lost_blocking_partition_reruns_its_producer(target, exchange, deterministic):
+    scenarios.lost_blocking_partition_reruns_its_producer(target, exchange,
                                                           deterministic)
