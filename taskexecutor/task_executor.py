@@ -384,14 +384,21 @@ class TaskExecutor(RpcEndpoint):
         tasks' changes independently of each other."""
         self.assert_on_loop()
         attempt_id = task.attempt_id
-        previous = self._updates_in_flight.get(attempt_id)
-        update = self.spawn(self._send_task_update(previous, task.deployment.job_id, attempt_id,
-                                                   state, error), f"update-{attempt_id}")
+        if self.stopping:
+            # Shutting down: the JobMaster learns from the lost connection instead.
+            log.info("not reporting %s %s: this TaskExecutor is stopping",
+                     task.deployment.vertex_name, state.value)
+            update = None
+        else:
+            previous = self._updates_in_flight.get(attempt_id)
+            update = self.spawn(self._send_task_update(previous, task.deployment.job_id,
+                                                       attempt_id, state, error),
+                                f"update-{attempt_id}")
         if state in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELED):
             self.tasks.pop(attempt_id, None)
             self.slot_table.remove_task(attempt_id)
             self._updates_in_flight.pop(attempt_id, None)
-        else:
+        elif update is not None:
             self._updates_in_flight[attempt_id] = update
 
     async def _send_task_update(self, previous: asyncio.Task | None, job_id: JobID,

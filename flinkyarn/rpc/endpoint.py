@@ -68,6 +68,12 @@ class RpcEndpoint:
     def stop(self) -> None:
         self._stop_requested.set()
 
+    @property
+    def stopping(self) -> bool:
+        """stop() was called: the endpoint's task group takes no new tasks once its
+        on_stop has run."""
+        return self._stop_requested.is_set()
+
     def spawn(self, coroutine: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         """Starts a task owned by this endpoint; its exception fails the endpoint."""
         if self._group is None:

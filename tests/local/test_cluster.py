@@ -156,6 +156,21 @@ def test_killed_task_executor_is_reported_by_the_resource_manager_when_its_proce
              "the ResourceManager to drop the killed TaskExecutor")
 
 
+def test_task_executor_stopped_in_the_middle_of_a_task_leaves_cleanly(cluster, folder):
+    job_id, resource_id = start_waiting_job(cluster, folder)
+
+    os.kill(task_executor_pid(cluster, resource_id), signal.SIGTERM)
+
+    details = finished(cluster.rest, job_id, timeout=20)
+    assert details.status == "FAILED"
+    assert f"TaskExecutor {resource_id} process exited with code 0" in details.failure_cause
+    [log] = [p for p in cluster.taskexecutor_logs() if resource_id in p.name]
+    text = log.read_text()
+    # Its cancelled task's report is dropped on purpose, not by a crash in the shutdown.
+    assert "not reporting waits CANCELED: this TaskExecutor is stopping" in text
+    assert "Traceback" not in text and "Error" not in text
+
+
 def test_frozen_task_executor_is_declared_dead_and_registers_again_when_thawed(cluster, folder):
     job_id, resource_id = start_waiting_job(cluster, folder)
     pid = task_executor_pid(cluster, resource_id)
