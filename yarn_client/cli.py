@@ -156,8 +156,12 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
         else:
             # The session's configuration is its own; the job-level -D (not the client's
             # config file) go with the jobs.
-            executor = SessionExecutor(application_id, job_settings=options.job_settings(
-                parse_dynamic_properties(properties)))
+            dynamic = parse_dynamic_properties(properties)
+            ignored = sorted(key for key in dynamic if not options.is_job_option(key))
+            if ignored:
+                click.echo(f"warning: a session keeps its own configuration; ignored: "
+                           f"{', '.join(ignored)} (jobs may set {options.JOB_OPTIONS})", err=True)
+            executor = SessionExecutor(application_id, job_settings=options.job_settings(dynamic))
     except (YarnDeploymentError, RestError, HadoopConfigError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)

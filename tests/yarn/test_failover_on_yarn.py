@@ -123,3 +123,48 @@ def test_a_failure_in_one_of_two_regions_restarts_only_that_region(target):
 def test_a_lost_blocking_partition_reruns_its_producer(target, exchange, deterministic):
     scenarios.lost_blocking_partition_reruns_its_producer(target, exchange,
                                                           deterministic)
+
+
+FAILS_ONCE = """
+import os, sys
+import pyarrow as pa
+from flinkyarn import Pipeline
+
+marker = sys.argv[1]
+
+def numbers(subtask, parallelism):
+    yield pa.record_batch([pa.array([1, 2, 3])], names=["n"])
+
+def fail_once(batch):
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError("transient failure")
+    return batch
+
+p = Pipeline("fails once", parallelism=1)
+p.from_generator(numbers).map(fail_once, name="flaky").write_parquet(sys.argv[2])
+p.execute()
+"""
+
+
+def test_run_into_a_session_gives_the_jobs_its_restart_settings(one_slot_session, tmp_path):
+    deployment, target = one_slot_session
+    program = tmp_path / "fails_once.py"
+    program.write_text(FAILS_ONCE)
+
+    def run(name, *properties):
+        return flinkyarn("run", "-t", "yarn-session", "--application-id", deployment.app_id,
+                         *properties, str(program), str(tmp_path / f"{name}.marker"),
+                         target.output(name))
+
+    plain = run("plain")  # the session's own configuration: no restarts
+    restarting = run("restarting", "-D", "restart-strategy.type=fixed-delay",
+                     "-D", "restart-strategy.fixed-delay.delay=100 ms",
+                     "-D", "taskmanager.numberOfTaskSlots=4")
+
+    assert plain.returncode == 1 and "transient failure" in plain.stdout + plain.stderr
+    assert restarting.returncode == 0, restarting.stderr[-3000:]
+    assert ("a session keeps its own configuration; ignored: taskmanager.numberOfTaskSlots"
+            in restarting.stderr)
+    [job] = [j for j in target.rest.jobs().jobs if j.status == "FINISHED" and j.name == "fails once"]
+    assert target.rest.job(job.job_id).restarts == 1
