@@ -118,8 +118,7 @@ from flinkyarn.connectors.filesystems import resolve  # noqa: E402
 from flinkyarn.gateways.dispatcher import JobDetails  # noqa: E402
 from flinkyarn.ids import ExecutionVertexID  # noqa: E402
 from tests.local import jobs  # noqa: E402
-from tests.local.conftest import FAST  # noqa: E402
-from tests.failover_scenarios import task_executor_process  # noqa: E402
+from tests.local.conftest import FAST, task_executor_process  # noqa: E402
 from tests.local.jobs import N, FailOnce, slow_numbers, summing_pipeline  # noqa: E402
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState  # noqa: E402
 from yarn_am.jobmaster.failover_strategy import (FailureKind, RegionFailoverStrategy,  # noqa: E402

@@ -57,26 +57,6 @@ class Target:
                         ("FINISHED", "FAILED", "CANCELED") and d, timeout, "the job to end")
 
 
-def task_executor_process(resource_id: str) -> int:
-    """The pid of TaskExecutor `resource_id` on this machine: a local one has the id in
-    its argv (--resource-id), one in a YARN container in its environment
-    (FLINKYARN_RESOURCE_ID)."""
-    in_environment = f"FLINKYARN_RESOURCE_ID={resource_id}".encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if b"taskexecutor" not in argv:
-                continue
-            if resource_id.encode() in argv or \
-                    in_environment in (proc / "environ").read_bytes().split(b"\0"):
-                return int(proc.name)
-        except OSError:
-            continue
-    raise LookupError(f"no process for TaskExecutor {resource_id}")
-
-
 def read(path: str) -> pa.Table:
     filesystem, local = resolve(path)
     return pq.read_table(local, filesystem=filesystem)

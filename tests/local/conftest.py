@@ -67,17 +67,23 @@ def folder(tmp_path) -> Path:
     return path
 
 
-def task_executor_pid(cluster: LocalCluster, resource_id: str) -> int:
-    """The pid of the TaskExecutor process registered as resource_id."""
+def task_executor_process(resource_id: str) -> int:
+    """The pid of TaskExecutor `resource_id` on this machine: a local one has the id in
+    its argv (--resource-id), one in a YARN container in its environment
+    (FLINKYARN_RESOURCE_ID)."""
+    in_environment = f"FLINKYARN_RESOURCE_ID={resource_id}".encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"taskexecutor" not in argv:
+                continue
+            if resource_id.encode() in argv or \
+                    in_environment in (proc / "environ").read_bytes().split(b"\0"):
+                return int(proc.name)
         except OSError:
             continue
-        if b"taskexecutor" in argv and resource_id.encode() in argv:
-            return int(proc.name)
     raise LookupError(f"no process for TaskExecutor {resource_id}")
 
 

@@ -12,7 +12,7 @@ from flinkyarn.gateways.resource_manager import DisconnectTaskExecutor, Resource
 from flinkyarn.job import JobBuilder
 from flinkyarn.rpc.service import RpcService
 from tests.local import jobs
-from tests.local.conftest import task_executor_pid, wait_for
+from tests.local.conftest import task_executor_process, wait_for
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 
@@ -143,7 +143,7 @@ def test_killed_task_executor_is_reported_by_the_resource_manager_when_its_proce
         cluster, folder):
     job_id, resource_id = start_waiting_job(cluster, folder)
 
-    os.kill(task_executor_pid(cluster, resource_id), signal.SIGKILL)
+    os.kill(task_executor_process(resource_id), signal.SIGKILL)
 
     # The driver sees the process end and the ResourceManager tells the JobMaster, before
     # the JobMaster's own heartbeat timeout (that path is the frozen TaskExecutor's).
@@ -159,7 +159,7 @@ def test_killed_task_executor_is_reported_by_the_resource_manager_when_its_proce
 def test_task_executor_stopped_in_the_middle_of_a_task_leaves_cleanly(cluster, folder):
     job_id, resource_id = start_waiting_job(cluster, folder)
 
-    os.kill(task_executor_pid(cluster, resource_id), signal.SIGTERM)
+    os.kill(task_executor_process(resource_id), signal.SIGTERM)
 
     details = finished(cluster.rest, job_id, timeout=20)
     assert details.status == "FAILED"
@@ -173,7 +173,7 @@ def test_task_executor_stopped_in_the_middle_of_a_task_leaves_cleanly(cluster, f
 
 def test_frozen_task_executor_is_declared_dead_and_registers_again_when_thawed(cluster, folder):
     job_id, resource_id = start_waiting_job(cluster, folder)
-    pid = task_executor_pid(cluster, resource_id)
+    pid = task_executor_process(resource_id)
 
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -195,7 +195,7 @@ def test_idle_task_executors_are_released_after_the_taskmanager_timeout(start_cl
     job.add_vertex("only", jobs.quick(folder), parallelism=1)
     finished(cluster.rest, cluster.rest.submit(job.build()))
     [executor] = wait_for(lambda: cluster.rest.overview().task_executors, 5, "a TaskExecutor")
-    pid = task_executor_pid(cluster, executor.resource_id)
+    pid = task_executor_process(executor.resource_id)
 
     wait_for(lambda: not cluster.rest.overview().task_executors, 15,
              "the idle TaskExecutor to be released")

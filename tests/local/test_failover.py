@@ -14,7 +14,7 @@ import pytest
 
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
-from tests.local.conftest import wait_for
+from tests.local.conftest import task_executor_process, wait_for
 from tests.local.jobs import FailOnce, slow_numbers, summing_pipeline
 from yarn_client.executors import ClusterExecutor
 from yarn_client.rest_client import RestError
@@ -25,7 +25,7 @@ def target(tmp_path):
     """Makes the scenarios' Target of a local cluster; jobs write under tmp_path/out."""
     def on(cluster) -> scenarios.Target:
         (tmp_path / "out").mkdir(exist_ok=True)
-        return scenarios.Target(cluster.rest, scenarios.task_executor_process,
+        return scenarios.Target(cluster.rest, task_executor_process,
                                 str(tmp_path / "out"), tmp_path)
     return on
 

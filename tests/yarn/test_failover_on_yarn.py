@@ -19,6 +19,7 @@ import pytest
 import local_hadoop
 from flinkyarn.configuration import Configuration
 from tests import failover_scenarios as scenarios
+from tests.local.conftest import task_executor_process
 from tests.yarn.test_on_yarn import TAG, flinkyarn
 from yarn_client import yarn_cluster
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
@@ -46,7 +47,7 @@ def session(scratch: Path, name: str, **overrides: str):
         .deploy("session")
     outputs = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
     try:
-        yield deployment, scenarios.Target(deployment.rest, scenarios.task_executor_process,
+        yield deployment, scenarios.Target(deployment.rest, task_executor_process,
                                            outputs, scratch)
     finally:
         result = flinkyarn("session", "stop", deployment.app_id)
