@@ -1,10 +1,15 @@
-"""A real single-node Hadoop (HDFS + YARN) on 127.0.0.1, for development, demos and tests.
+"""A real Hadoop (HDFS + YARN) on loopback, for development, demos and tests.
 
 The daemons are the real ones, from the pinned jars of ``integration/pom.xml``:
 
-    NameNode, DataNode, ResourceManager (with its embedded web proxy), NodeManager
+    NameNode, DataNode, ResourceManager (with its embedded web proxy), NodeManager(s)
 
 each a background JVM with a small heap, logging to ``<work>/logs/<daemon>.log``.
+
+By default the cluster has one node: its NodeManager runs on 127.0.0.1 beside the
+client, sees everything the client sees and shares ``<work>/conf``. ``up --nodes N``
+(N >= 2) emulates N separate hosts instead; see `Node` and `isolation_script`.
+
 The jars are fetched once by Maven into ``<cache>/lib``; the configuration is written
 into ``<work>/conf`` on every ``up`` (it is derived, never edited by hand).
 
@@ -40,9 +45,11 @@ HOST = "127.0.0.1"
 # Heaps are small on purpose: the machine is shared with the TaskExecutors and Spark.
 HEAP_MB = {"namenode": 256, "datanode": 192, "resourcemanager": 384, "nodemanager": 256}
 
-# What the NodeManager offers to containers. vcores are a scheduling unit, not cores.
-NM_MEMORY_MB = int(os.environ.get("FLINKYARN_NM_MEMORY_MB", "8192"))
-NM_VCORES = int(os.environ.get("FLINKYARN_NM_VCORES", "8"))
+# What each NodeManager offers to containers. vcores are a scheduling unit, not cores.
+# Several nodes share one machine (24 GiB here), so each offers less by default.
+NM_MEMORY_MB = {"one": 8192, "several": 6144}
+NM_VCORES = 8
+MAX_NODES = 253  # node i listens on 127.0.0.(i+1)
 
 # The --add-opens/--add-exports set Hadoop's own hadoop-functions.sh adds on JDK 17.
 JDK17_OPTIONS = [
@@ -138,11 +145,84 @@ class Layout:
     # the HDFS web apps ship in Hadoop's tarball, not in its Maven jars.
     resources = property(lambda self: self.work / "resources")
 
+    # The node count of the last `up`; `status` and `down` read it.
+    node_record = property(lambda self: self.work / "nodes.json")
+
     def log(self, daemon: str) -> Path:
         return self.logs / f"{daemon}.log"
 
     def pidfile(self, daemon: str) -> Path:
         return self.pids / f"{daemon}.pid"
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One NodeManager "host" of the cluster.
+
+    A shared node (the single node of a one-node cluster) is the NodeManager as it always
+    was: on 127.0.0.1, configured by `<work>/conf`, seeing the whole machine.
+
+    An isolated node (each node of a cluster of several) has its own loopback address
+    (node i: 127.0.0.(i+1)) bound by every NodeManager address, its own configuration
+    (the HADOOP_CONF_DIR its containers get), local, log and temporary folders under
+    `<work>/nodes/node<i>`, and runs in a private mount namespace (`isolation_script`)
+    in which the client's files are hidden and `/tmp` is the node's own. Containers
+    inherit that namespace (DefaultContainerExecutor), so a container that reaches for a
+    path only the client has fails, as it would on a real cluster.
+    """
+
+    index: int  # 1-based
+    host: str
+    isolated: bool
+    # The daemon name: pid file, log file, command-line marker. Node 1 keeps the
+    # single-node names ("nodemanager") that scripts and the benchmarks read.
+    name: str
+    conf: Path
+    local_dirs: Path
+    log_dirs: Path
+    hadoop_tmp: Path
+    # What the node sees as /tmp; None for a shared node (the machine's /tmp).
+    tmp: Path | None
+    # The node's own folder (everything above lives in it); None for a shared node.
+    root: Path | None
+
+
+def cluster_nodes(layout: Layout, count: int) -> tuple[Node, ...]:
+    """The nodes of a cluster of `count` nodes (pure: nothing is created)."""
+    if not 1 <= count <= MAX_NODES:
+        raise ClusterError(f"--nodes must be between 1 and {MAX_NODES}, not {count}")
+    if count == 1:
+        return (Node(1, HOST, False, "nodemanager", layout.conf, layout.data / "nm-local",
+                     layout.data / "nm-logs", layout.data / "tmp", None, None),)
+    nodes = []
+    for index in range(1, count + 1):
+        root = layout.work / "nodes" / f"node{index}"
+        nodes.append(Node(index, f"127.0.0.{index + 1}", True,
+                          "nodemanager" if index == 1 else f"nodemanager-{index}",
+                          root / "conf", root / "local", root / "container-logs",
+                          root / "hadoop-tmp", root / "tmp", root))
+    return tuple(nodes)
+
+
+def nm_memory_mb(count: int) -> int:
+    default = NM_MEMORY_MB["one" if count == 1 else "several"]
+    return int(os.environ.get("FLINKYARN_NM_MEMORY_MB", default))
+
+
+def nm_vcores() -> int:
+    return int(os.environ.get("FLINKYARN_NM_VCORES", NM_VCORES))
+
+
+def recorded_node_count(layout: Layout) -> int:
+    """The node count of the last `up` in this work folder; 1 when there was none."""
+    try:
+        return int(json.loads(layout.node_record.read_text())["nodes"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return 1
+
+
+def _record_node_count(layout: Layout, count: int) -> None:
+    layout.node_record.write_text(json.dumps({"nodes": count}) + "\n")
 
 
 # ---------------------------------------------------------------------------- jars
@@ -186,19 +266,90 @@ def _site(properties: dict[str, object]) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{rows}</configuration>\n'
 
 
-def _address(key: str) -> str:
-    return f"{HOST}:{_port(key)}"
+def _address(key: str, host: str = HOST) -> str:
+    return f"{host}:{_port(key)}"
 
 
-def write_config(layout: Layout) -> None:
-    """Writes the four site files, log4j and the `yarn`/`hdfs` commands skein and users call."""
+def node_properties(node: Node, count: int) -> dict[str, object]:
+    """The yarn-site keys that make a NodeManager the given node: every address it binds
+    carries the node's host, every folder is the node's own."""
+    memory = nm_memory_mb(count)
+    return {
+        "yarn.nodemanager.hostname": node.host,
+        "yarn.nodemanager.address": _address("yarn.nodemanager.address", node.host),
+        "yarn.nodemanager.localizer.address":
+            _address("yarn.nodemanager.localizer.address", node.host),
+        "yarn.nodemanager.webapp.address": _address("yarn.nodemanager.webapp.address", node.host),
+        # Only bound when enabled (timeline service v2, AMRMProxy), and then on the
+        # node's address rather than the defaults' 0.0.0.0.
+        "yarn.nodemanager.collector-service.address": f"{node.host}:8048",
+        "yarn.nodemanager.amrmproxy.address": f"{node.host}:8049",
+        "yarn.nodemanager.local-dirs": node.local_dirs,
+        "yarn.nodemanager.log-dirs": node.log_dirs,
+        "yarn.nodemanager.resource.memory-mb": memory,
+        "yarn.nodemanager.resource.cpu-vcores": nm_vcores(),
+    }
+
+
+def write_config(layout: Layout, count: int = 1) -> None:
+    """Writes the four site files, log4j and the `yarn`/`hdfs` commands skein and users
+    call into `<work>/conf`, and, for a cluster of several nodes, each node's own copy
+    (with its NodeManager keys) into its `conf` folder."""
     conf, data = layout.conf, layout.data
     for folder in (conf, layout.logs, layout.pids, data, layout.bin):
         folder.mkdir(parents=True, exist_ok=True)
     for webapp in ("hdfs", "datanode", "secondary", "journal"):
         (layout.resources / "webapps" / webapp).mkdir(parents=True, exist_ok=True)
+    nodes = cluster_nodes(layout, count)
+    shared = _site_files(layout, count)
+    if not nodes[0].isolated:
+        shared["yarn-site.xml"].update(node_properties(nodes[0], count))
+    _write_site_files(conf, shared)
+    for node in nodes:
+        if not node.isolated:
+            continue
+        for folder in (node.conf, node.local_dirs, node.log_dirs, node.hadoop_tmp, node.tmp,
+                       node.root / "logs"):
+            folder.mkdir(parents=True, exist_ok=True)
+        files = _site_files(layout, count)
+        files["core-site.xml"]["hadoop.tmp.dir"] = node.hadoop_tmp
+        files["yarn-site.xml"].update(node_properties(node, count))
+        _write_site_files(node.conf, files)
     classpath = f"{conf}:{layout.lib}/*"
-    files = {
+    _write_command(layout, "yarn", {
+        "classpath": None,  # handled inline below
+        "application": "org.apache.hadoop.yarn.client.cli.ApplicationCLI",
+        "applicationattempt": "org.apache.hadoop.yarn.client.cli.ApplicationCLI",
+        "container": "org.apache.hadoop.yarn.client.cli.ApplicationCLI",
+        "node": "org.apache.hadoop.yarn.client.cli.NodeCLI",
+        "queue": "org.apache.hadoop.yarn.client.cli.QueueCLI",
+        "logs": "org.apache.hadoop.yarn.client.cli.LogsCLI",
+        "rmadmin": "org.apache.hadoop.yarn.client.cli.RMAdminCLI",
+    }, classpath)
+    _write_command(layout, "hdfs", {
+        "dfs": "org.apache.hadoop.fs.FsShell",
+        "dfsadmin": "org.apache.hadoop.hdfs.tools.DFSAdmin",
+        "classpath": None,
+    }, classpath)
+
+
+def _write_site_files(conf: Path, files: dict[str, dict[str, object]]) -> None:
+    for name, properties in files.items():
+        (conf / name).write_text(_site(properties))
+    (conf / "log4j.properties").write_text(
+        "log4j.rootLogger=INFO,console\n"
+        "log4j.appender.console=org.apache.log4j.ConsoleAppender\n"
+        "log4j.appender.console.target=System.err\n"
+        "log4j.appender.console.layout=org.apache.log4j.PatternLayout\n"
+        "log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n\n"
+        "log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR\n")
+
+
+def _site_files(layout: Layout, count: int) -> dict[str, dict[str, object]]:
+    """The site files every daemon and client shares (no NodeManager-specific keys)."""
+    data = layout.data
+    memory = nm_memory_mb(count)
+    return {
         "core-site.xml": {
             "fs.defaultFS": DEFAULT_FS,
             "hadoop.tmp.dir": data / "tmp",
@@ -227,17 +378,9 @@ def write_config(layout: Layout) -> None:
             "yarn.resourcemanager.resource-tracker.address": _address("yarn.resourcemanager.resource-tracker.address"),
             "yarn.resourcemanager.admin.address": _address("yarn.resourcemanager.admin.address"),
             "yarn.resourcemanager.webapp.address": _address("yarn.resourcemanager.webapp.address"),
-            "yarn.nodemanager.hostname": HOST,
-            "yarn.nodemanager.address": _address("yarn.nodemanager.address"),
-            "yarn.nodemanager.localizer.address": _address("yarn.nodemanager.localizer.address"),
-            "yarn.nodemanager.webapp.address": _address("yarn.nodemanager.webapp.address"),
-            "yarn.nodemanager.local-dirs": data / "nm-local",
-            "yarn.nodemanager.log-dirs": data / "nm-logs",
-            "yarn.nodemanager.resource.memory-mb": NM_MEMORY_MB,
-            "yarn.nodemanager.resource.cpu-vcores": NM_VCORES,
             "yarn.scheduler.minimum-allocation-mb": 128,
-            "yarn.scheduler.maximum-allocation-mb": NM_MEMORY_MB,
-            "yarn.scheduler.maximum-allocation-vcores": NM_VCORES,
+            "yarn.scheduler.maximum-allocation-mb": memory,
+            "yarn.scheduler.maximum-allocation-vcores": nm_vcores(),
             # A small machine: the disk-health checker marks the node unhealthy on a
             # full-ish disk, and the vmem check kills JVMs for their reserved address space.
             "yarn.nodemanager.disk-health-checker.enable": "false",
@@ -246,8 +389,9 @@ def write_config(layout: Layout) -> None:
             "yarn.nodemanager.env-whitelist":
                 "JAVA_HOME,HADOOP_COMMON_HOME,HADOOP_HDFS_HOME,HADOOP_CONF_DIR,"
                 "CLASSPATH_PREPEND_DISTCACHE,HADOOP_YARN_HOME,HADOOP_HOME,PATH,LANG,TZ",
-            # What skein's ApplicationMaster (and any Java container) runs with.
-            "yarn.application.classpath": f"{conf},{layout.lib}/*",
+            # What skein's ApplicationMaster (and any Java container) runs with: the
+            # configuration of the node it runs on (the NodeManager hands it over).
+            "yarn.application.classpath": f"$HADOOP_CONF_DIR,{layout.lib}/*",
             # Logs of finished applications go to HDFS, so `yarn logs` works after the end.
             "yarn.log-aggregation-enable": "true",
             "yarn.nodemanager.remote-app-log-dir": "/tmp/logs",
@@ -270,30 +414,6 @@ def write_config(layout: Layout) -> None:
                 "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator",
         },
     }
-    for name, properties in files.items():
-        (conf / name).write_text(_site(properties))
-    (conf / "log4j.properties").write_text(
-        "log4j.rootLogger=INFO,console\n"
-        "log4j.appender.console=org.apache.log4j.ConsoleAppender\n"
-        "log4j.appender.console.target=System.err\n"
-        "log4j.appender.console.layout=org.apache.log4j.PatternLayout\n"
-        "log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n\n"
-        "log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR\n")
-    _write_command(layout, "yarn", {
-        "classpath": None,  # handled inline below
-        "application": "org.apache.hadoop.yarn.client.cli.ApplicationCLI",
-        "applicationattempt": "org.apache.hadoop.yarn.client.cli.ApplicationCLI",
-        "container": "org.apache.hadoop.yarn.client.cli.ApplicationCLI",
-        "node": "org.apache.hadoop.yarn.client.cli.NodeCLI",
-        "queue": "org.apache.hadoop.yarn.client.cli.QueueCLI",
-        "logs": "org.apache.hadoop.yarn.client.cli.LogsCLI",
-        "rmadmin": "org.apache.hadoop.yarn.client.cli.RMAdminCLI",
-    }, classpath)
-    _write_command(layout, "hdfs", {
-        "dfs": "org.apache.hadoop.fs.FsShell",
-        "dfsadmin": "org.apache.hadoop.hdfs.tools.DFSAdmin",
-        "classpath": None,
-    }, classpath)
 
 
 def _write_command(layout: Layout, name: str, subcommands: dict[str, str | None],
@@ -363,55 +483,143 @@ def _is_ours(pid: int, layout: Layout, daemon: str) -> bool:
     return marker in cmdline
 
 
-def _port_in_use(port: int) -> bool:
+def _port_in_use(port: int, host: str = HOST) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((HOST, port))
+            probe.bind((host, port))
         except OSError:
             return True
     return False
 
 
-def _check_ports(daemon: Daemon) -> None:
-    taken = [(key, port) for key, port in daemon.ports if _port_in_use(port)]
+def _check_ports(daemon: Daemon, host: str = HOST, name: str | None = None) -> None:
+    taken = [(key, port) for key, port in daemon.ports if _port_in_use(port, host)]
     if taken:
         listing = ", ".join(f"{port} ({key})" for key, port in taken)
         raise ClusterError(
-            f"cannot start the {daemon.name}: port {listing} on {HOST} is already in use "
+            f"cannot start the {name or daemon.name}: port {listing} on {host} is already in use "
             f"by another process. Stop it (e.g. `ss -ltnp | grep :{taken[0][1]}` shows "
             f"which), or stop another local Hadoop with its own `integration/cluster down`.")
 
 
-def daemon_env(layout: Layout) -> dict[str, str]:
+def daemon_env(layout: Layout, conf: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
     env["JAVA_HOME"] = java_home()
-    env["HADOOP_CONF_DIR"] = str(layout.conf)
+    # A NodeManager hands HADOOP_CONF_DIR to its containers: its node's configuration.
+    env["HADOOP_CONF_DIR"] = str(conf or layout.conf)
     # The NodeManager hands its PATH to containers: our `yarn`/`hdfs` first.
     env["PATH"] = f"{layout.bin}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
 
 
-def _start(layout: Layout, daemon: Daemon, args: Iterable[str] = ()) -> int:
-    heap = HEAP_MB[daemon.name]
-    command = [
+def client_paths() -> tuple[Path, ...]:
+    """What only the client has, hidden inside an isolated node: the repository (with
+    its .venv) and the user's flinkyarn and skein state."""
+    home = Path.home()
+    return (REPO, home / ".flinkyarn", home / ".skein", home / ".cache" / "flinkyarn")
+
+
+def isolation_script(layout: Layout, node: Node, hidden: Iterable[Path]) -> str:
+    """The shell prelude that turns a fresh private mount namespace into the node's view
+    of the machine, then execs the NodeManager (`"$0" "$@"`), keeping the pid.
+
+    An empty tmpfs covers each hidden path. What the node needs and a hidden path would
+    cover (the jars, the shared configuration and commands, the node's own folder) is
+    first bound onto a staging tmpfs at /tmp, then moved back to its place inside the
+    cover. Last, the node's own folder `tmp` is bound over /tmp. Everything else
+    (the JDK, the base Python interpreter, the rest of the home folder) stays visible.
+    """
+    import shlex
+    hidden = sorted({Path(h) for h in hidden})
+    wanted = sorted({layout.cache, layout.conf, layout.bin, layout.resources, node.root})
+    covered = [k for k in wanted if any(k == h or h in k.parents for h in hidden)]
+    # A folder inside another kept folder comes back with it.
+    keep = [k for k in covered if not any(other in k.parents for other in covered)]
+    q = lambda path: shlex.quote(str(path))  # noqa: E731
+    lines = ["set -e", "mount -t tmpfs -o mode=700 flinkyarn-stage /tmp"]
+    for i, path in enumerate(keep):
+        lines.append(f"mkdir /tmp/{i} && mount --bind {q(path)} /tmp/{i}")
+    for path in hidden:
+        lines.append(f"mount -t tmpfs -o mode=755 flinkyarn-hidden {q(path)}")
+    for i, path in enumerate(keep):
+        lines.append(f"mkdir -p {q(path)} && mount --move /tmp/{i} {q(path)}")
+    lines += ["umount /tmp", f"mount --bind {q(node.tmp)} /tmp", 'exec "$0" "$@"']
+    return "\n".join(lines) + "\n"
+
+
+def _check_isolation_possible(layout: Layout) -> None:
+    if os.geteuid() != 0:
+        raise ClusterError("several nodes need root: each NodeManager runs in its own "
+                           "mount namespace (unshare -m)")
+    if shutil.which("unshare") is None:
+        raise ClusterError("several nodes need `unshare` (Debian package: util-linux)")
+    tmp = Path("/tmp")
+    for path in (layout.cache, layout.work):
+        if path == tmp or tmp in path.parents:
+            raise ClusterError(f"several nodes cannot use {path}: each node sees its own "
+                               f"/tmp; set FLINKYARN_HADOOP_CACHE/WORK outside /tmp")
+
+
+def _java_command(layout: Layout, name: str, heap: int, main_class: str,
+                  args: Iterable[str] = (), conf: Path | None = None,
+                  extra: Iterable[str] = ()) -> list[str]:
+    conf = conf or layout.conf
+    return [
         f"{java_home()}/bin/java", f"-Xmx{heap}m", f"-Xms{min(heap, 64)}m",
         "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-        f"-Dflinkyarn.daemon={daemon.name}@{layout.work}",
-        f"-Dhadoop.log.dir={layout.logs}", f"-Dyarn.log.dir={layout.logs}",
+        f"-Dflinkyarn.daemon={name}@{layout.work}",
+        *extra,
         f"-Dhadoop.home.dir={layout.cache}", f"-Dyarn.home.dir={layout.cache}",
-        f"-Dlog4j.configuration=file:{layout.conf}/log4j.properties",
+        f"-Dlog4j.configuration=file:{conf}/log4j.properties",
         "-Djava.net.preferIPv4Stack=true",
         *JDK17_OPTIONS,
-        "-cp", f"{layout.conf}:{layout.resources}:{layout.lib}/*",
-        daemon.main_class, *args,
+        "-cp", f"{conf}:{layout.resources}:{layout.lib}/*",
+        main_class, *args,
     ]
-    log = open(layout.log(daemon.name), "ab")
+
+
+def _spawn(layout: Layout, name: str, command: list[str], env: dict[str, str]) -> int:
+    log = open(layout.log(name), "ab")
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                               env=daemon_env(layout), cwd=layout.work, start_new_session=True)
+                               env=env, cwd=layout.work, start_new_session=True)
     log.close()
-    layout.pidfile(daemon.name).write_text(f"{process.pid}\n")
+    layout.pidfile(name).write_text(f"{process.pid}\n")
     return process.pid
+
+
+def _start(layout: Layout, daemon: Daemon, args: Iterable[str] = ()) -> int:
+    logs = [f"-Dhadoop.log.dir={layout.logs}", f"-Dyarn.log.dir={layout.logs}"]
+    command = _java_command(layout, daemon.name, HEAP_MB[daemon.name], daemon.main_class,
+                            args, extra=logs)
+    return _spawn(layout, daemon.name, command, daemon_env(layout))
+
+
+def _start_node(layout: Layout, node: Node) -> int:
+    """Starts the node's NodeManager; for an isolated node inside a new mount namespace.
+    `unshare` (without --fork) and `sh` exec, so the pid recorded is the JVM's."""
+    daemon = DAEMON_BY_NAME["nodemanager"]
+    if not node.isolated:
+        logs = [f"-Dhadoop.log.dir={layout.logs}", f"-Dyarn.log.dir={layout.logs}"]
+        command = _java_command(layout, node.name, HEAP_MB["nodemanager"], daemon.main_class,
+                                extra=logs)
+        return _spawn(layout, node.name, command, daemon_env(layout))
+    for path in client_paths():
+        # A path can only be covered if it exists; an empty folder hides "nothing" too.
+        path.mkdir(parents=True, exist_ok=True)
+    # The node's /tmp starts empty on every start, like a host's after a reboot.
+    shutil.rmtree(node.tmp, ignore_errors=True)
+    node.tmp.mkdir(parents=True)
+    logs = node.root / "logs"
+    extra = [f"-Dhadoop.log.dir={logs}", f"-Dyarn.log.dir={logs}",
+             # The JVM's own scratch files (Jetty, hsperfdata) stay out of the node's
+             # /tmp, which belongs to the containers.
+             f"-Djava.io.tmpdir={node.hadoop_tmp}", "-XX:-UsePerfData"]
+    java = _java_command(layout, node.name, HEAP_MB["nodemanager"], daemon.main_class,
+                         conf=node.conf, extra=extra)
+    script = isolation_script(layout, node, client_paths())
+    command = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, *java]
+    return _spawn(layout, node.name, command, daemon_env(layout, node.conf))
 
 
 def _format_namenode(layout: Layout, say: Callable[[str], None]) -> None:
@@ -455,15 +663,36 @@ def hdfs_state() -> tuple[bool, str]:
     return True, "HDFS operational, out of safe mode"
 
 
-def yarn_state() -> tuple[bool, str]:
-    """(healthy, what it is waiting for): the ResourceManager reports an active NodeManager."""
+def rm_nodes() -> list[dict]:
+    """The ResourceManager's node reports (/ws/v1/cluster/nodes), or [] when it is down."""
+    try:
+        return (_get_json(f"{RM_WEB}/ws/v1/cluster/nodes").get("nodes") or {}).get("node", [])
+    except (OSError, ValueError):
+        return []
+
+
+def rm_node_of(node: Node, reports: list[dict]) -> dict | None:
+    """The ResourceManager's report of the node, matched by its NodeManager web address.
+
+    The NodeManager names itself by the reverse lookup of its address: 127.0.0.1 is
+    "localhost" (/etc/hosts), an isolated node's 127.0.0.x has no name and stays as is.
+    """
+    host = "localhost" if node.host == HOST else node.host
+    web = _address("yarn.nodemanager.webapp.address", host)
+    return next((r for r in reports if r.get("nodeHTTPAddress") == web), None)
+
+
+def yarn_state(count: int = 1) -> tuple[bool, str]:
+    """(healthy, what it is waiting for): the ResourceManager reports `count` active
+    NodeManagers."""
     try:
         metrics = _get_json(f"{RM_WEB}/ws/v1/cluster/metrics")["clusterMetrics"]
     except (OSError, ValueError, KeyError) as error:
         return False, f"ResourceManager web at {RM_WEB} not answering ({error.__class__.__name__})"
-    if metrics.get("activeNodes", 0) < 1:
-        return False, "no active NodeManager yet"
-    return True, f"{metrics['activeNodes']} active NodeManager(s), {metrics.get('totalMB')} MB"
+    active = metrics.get("activeNodes", 0)
+    if active < count:
+        return False, f"{active} of {count} NodeManager(s) active"
+    return True, f"{active} active NodeManager(s), {metrics.get('totalMB')} MB"
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -512,19 +741,64 @@ def _webhdfs(method: str, path: str, op: str, **params: str) -> None:
 # ----------------------------------------------------------------------- commands
 
 
+def requested_node_count(layout: Layout, nodes: int | None) -> int:
+    """The node count `up` starts: --nodes, else FLINKYARN_NODES; else, while any daemon
+    runs, the recorded count (so a plain `up` completes the running cluster); else 1.
+
+    Raises when the request differs from the count of a running cluster: the shared
+    configuration (and the ResourceManager's view of the nodes) changes with the count,
+    so the cluster is stopped first rather than half-restarted.
+    """
+    if nodes is None and os.environ.get("FLINKYARN_NODES"):
+        try:
+            nodes = int(os.environ["FLINKYARN_NODES"])
+        except ValueError:
+            raise ClusterError(f"FLINKYARN_NODES must be a number, not "
+                               f"{os.environ['FLINKYARN_NODES']!r}") from None
+    running = [name for name in _daemon_names(layout) if read_pid(layout, name) is not None]
+    recorded = recorded_node_count(layout)
+    if not running:
+        return 1 if nodes is None else nodes
+    if nodes is not None and nodes != recorded:
+        raise ClusterError(
+            f"the local Hadoop runs with {recorded} node(s) ({', '.join(running)}); "
+            f"run `integration/cluster down` first, then `integration/cluster up "
+            f"--nodes {nodes}`")
+    return recorded
+
+
+def _daemon_names(layout: Layout) -> list[str]:
+    """Every daemon that may run in this work folder: the shared ones, the nodes of the
+    recorded count, and any node that left a pid file (a larger earlier cluster)."""
+    names = [d.name for d in DAEMONS if d.name != "nodemanager"]
+    names += [n.name for n in cluster_nodes(layout, recorded_node_count(layout))]
+    if layout.pids.is_dir():
+        names += sorted(p.stem for p in layout.pids.glob("nodemanager-*.pid")
+                        if p.stem not in names)
+    return names
+
+
 def up(layout: Layout | None = None, timeout: float = 180.0,
-       say: Callable[[str], None] = print) -> None:
+       say: Callable[[str], None] = print, nodes: int | None = None) -> None:
     """Starts whatever is not running and returns once HDFS and YARN are healthy.
 
     Harmless when everything already runs. Raises ClusterError, after printing the tail
-    of the failing daemon's log, when a daemon dies or health is not reached in time.
+    of the failing daemon's log, when a daemon dies or health is not reached in time,
+    and before starting anything when `nodes` differs from a running cluster's count.
     """
     layout = layout or Layout.default()
+    count = requested_node_count(layout, nodes)
+    cluster = cluster_nodes(layout, count)
+    if count > 1:
+        _check_isolation_possible(layout)
     ensure_jars(layout, say)
-    write_config(layout)
+    write_config(layout, count)
+    _record_node_count(layout, count)
     deadline = time.monotonic() + timeout
     started = []
     for daemon in DAEMONS:
+        if daemon.name == "nodemanager":
+            continue
         if read_pid(layout, daemon.name) is not None:
             continue
         _check_ports(daemon)
@@ -533,11 +807,24 @@ def up(layout: Layout | None = None, timeout: float = 180.0,
         pid = _start(layout, daemon)
         started.append(daemon.name)
         say(f"started {daemon.name} (pid {pid}, log {layout.log(daemon.name)})")
+    for node in cluster:
+        if read_pid(layout, node.name) is not None:
+            continue
+        try:
+            _check_ports(DAEMON_BY_NAME["nodemanager"], node.host, node.name)
+        except ClusterError:
+            down(layout, only=started, say=say)
+            raise
+        pid = _start_node(layout, node)
+        started.append(node.name)
+        where = f"node {node.index} on {node.host}" + (", isolated" if node.isolated else "")
+        say(f"started {node.name} (pid {pid}, {where}, log {layout.log(node.name)})")
     if not started:
         say("the local Hadoop is already up")
     try:
         _wait(layout, ["namenode", "datanode"], hdfs_state, deadline, say)
-        _wait(layout, ["resourcemanager", "nodemanager"], yarn_state, deadline, say)
+        _wait(layout, ["resourcemanager", *(n.name for n in cluster)],
+              lambda: yarn_state(count), deadline, say)
     except ClusterError:
         # Leave nothing half-started behind: stop what this call started.
         down(layout, only=started, say=say)
@@ -547,18 +834,22 @@ def up(layout: Layout | None = None, timeout: float = 180.0,
     _webhdfs("PUT", "/tmp", "MKDIRS")
     _webhdfs("PUT", "/tmp", "SETPERMISSION", permission="1777")
     _webhdfs("PUT", f"/user/{_user()}", "MKDIRS")
-    say(f"local Hadoop is up: ResourceManager {RM_WEB}, NameNode {NN_WEB}, fs {DEFAULT_FS}")
+    say(f"local Hadoop is up with {count} node(s): ResourceManager {RM_WEB}, "
+        f"NameNode {NN_WEB}, fs {DEFAULT_FS}")
 
 
 def down(layout: Layout | None = None, timeout: float = 30.0,
          say: Callable[[str], None] = print, only: Iterable[str] | None = None) -> None:
-    """Stops exactly the daemons `up` started (checked by their command line), newest first."""
+    """Stops exactly the daemons `up` started (checked by their command line): the nodes
+    first, then the ResourceManager, the DataNode, the NameNode."""
     layout = layout or Layout.default()
-    for daemon in reversed(DAEMONS):
-        if only is not None and daemon.name not in only:
+    shared = [d.name for d in DAEMONS if d.name != "nodemanager"]
+    nodes = [name for name in _daemon_names(layout) if name not in shared]
+    for name in [*reversed(nodes), *reversed(shared)]:
+        if only is not None and name not in only:
             continue
-        pid = read_pid(layout, daemon.name)
-        layout.pidfile(daemon.name).unlink(missing_ok=True)
+        pid = read_pid(layout, name)
+        layout.pidfile(name).unlink(missing_ok=True)
         if pid is None:
             continue
         os.kill(pid, signal.SIGTERM)
@@ -567,7 +858,7 @@ def down(layout: Layout | None = None, timeout: float = 30.0,
             time.sleep(0.2)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
-        say(f"stopped {daemon.name} (pid {pid})")
+        say(f"stopped {name} (pid {pid})")
 
 
 def _alive(pid: int) -> bool:
@@ -583,17 +874,32 @@ def _alive(pid: int) -> bool:
 
 
 def status(layout: Layout | None = None) -> tuple[bool, str]:
-    """(all running and healthy, a human-readable report)."""
+    """(all running and healthy, a human-readable report): each shared daemon, each node
+    of the recorded count with its address and its state at the ResourceManager."""
     layout = layout or Layout.default()
+    count = recorded_node_count(layout)
     lines = []
     running = True
     for daemon in DAEMONS:
+        if daemon.name == "nodemanager":
+            continue
         pid = read_pid(layout, daemon.name)
         running &= pid is not None
         state = f"running (pid {pid})" if pid else "stopped"
         lines.append(f"{daemon.name:16} {state:24} log {layout.log(daemon.name)}")
+    reports = rm_nodes()
+    for node in cluster_nodes(layout, count):
+        pid = read_pid(layout, node.name)
+        running &= pid is not None
+        state = f"running (pid {pid})" if pid else "stopped"
+        report = rm_node_of(node, reports)
+        at_rm = report["state"] if report else "unknown"
+        kind = "isolated" if node.isolated else "shared"
+        lines.append(f"{node.name:16} {state:24} log {layout.log(node.name)}\n"
+                     f"{'':16} node {node.index} on {node.host} ({kind}), "
+                     f"at the ResourceManager: {at_rm}")
     hdfs_ok, hdfs_what = hdfs_state()
-    yarn_ok, yarn_what = yarn_state()
+    yarn_ok, yarn_what = yarn_state(count)
     lines.append(f"{'HDFS':16} {hdfs_what}")
     lines.append(f"{'YARN':16} {yarn_what}")
     lines.append(f"ResourceManager web: {RM_WEB}    NameNode web: {NN_WEB}    fs: {DEFAULT_FS}")
@@ -632,15 +938,19 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+USAGE = "usage: integration/cluster {up [--nodes N]|down|status|env}"
+
+
 def main(argv: list[str]) -> int:
-    usage = "usage: integration/cluster {up|down|status|env}"
-    if len(argv) != 1 or argv[0] not in ("up", "down", "status", "env"):
-        print(usage, file=sys.stderr)
+    command, nodes = (argv[0] if argv else None), None
+    if command == "up" and len(argv) == 3 and argv[1] == "--nodes" and argv[2].isdigit():
+        nodes = int(argv[2])
+    elif len(argv) != 1 or command not in ("up", "down", "status", "env"):
+        print(USAGE, file=sys.stderr)
         return 2
-    command = argv[0]
     try:
         if command == "up":
-            up(say=_say)
+            up(say=_say, nodes=nodes)
         elif command == "down":
             down(say=_say)
         elif command == "status":

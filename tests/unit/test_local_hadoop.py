@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ElementTree
 
 import pytest
@@ -96,4 +98,150 @@ def test_cluster_command_rejects_unknown_subcommand():
     result = subprocess.run([str(local_hadoop.REPO / "integration" / "cluster"), "upp"],
                             capture_output=True, text=True)
     assert result.returncode == 2
-    assert "usage: integration/cluster {up|down|status|env}" in result.stderr
+    assert "usage: integration/cluster {up [--nodes N]|down|status|env}" in result.stderr
+    for bad in (["up", "--nodes"], ["up", "--nodes", "two"], ["down", "--nodes", "2"]):
+        result = subprocess.run([str(local_hadoop.REPO / "integration" / "cluster"), *bad],
+                                capture_output=True, text=True)
+        assert result.returncode == 2, bad
+
+
+# ------------------------------------------------------------------- several nodes
+
+NM_ADDRESS_KEYS = ("yarn.nodemanager.address", "yarn.nodemanager.localizer.address",
+                   "yarn.nodemanager.webapp.address",
+                   "yarn.nodemanager.collector-service.address",
+                   "yarn.nodemanager.amrmproxy.address")
+
+
+def test_one_node_is_the_shared_nodemanager_of_old(layout):
+    (node,) = local_hadoop.cluster_nodes(layout, 1)
+    assert (node.name, node.host, node.isolated) == ("nodemanager", "127.0.0.1", False)
+    assert node.conf == layout.conf and node.tmp is None
+
+
+def test_each_of_several_nodes_has_its_own_address_name_and_folders(layout):
+    nodes = local_hadoop.cluster_nodes(layout, 3)
+    assert [n.host for n in nodes] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    # Node 1 keeps the single-node daemon name (pid file, log) scripts already read.
+    assert [n.name for n in nodes] == ["nodemanager", "nodemanager-2", "nodemanager-3"]
+    assert all(n.isolated for n in nodes)
+    folders = [(n.conf, n.local_dirs, n.log_dirs, n.hadoop_tmp, n.tmp) for n in nodes]
+    assert len({f for fs in folders for f in fs}) == 5 * 3
+    assert all(f.is_relative_to(n.root) for n, fs in zip(nodes, folders) for f in fs)
+    with pytest.raises(local_hadoop.ClusterError, match="--nodes must be between 1 and"):
+        local_hadoop.cluster_nodes(layout, 0)
+
+
+def test_each_node_configuration_binds_the_node_address_only(layout, monkeypatch):
+    monkeypatch.delenv("FLINKYARN_NM_MEMORY_MB", raising=False)
+    layout.lib.mkdir(parents=True)
+    local_hadoop.write_config(layout, 2)
+
+    shared = properties(layout.conf / "yarn-site.xml")
+    assert not any(key.startswith("yarn.nodemanager.") and key.endswith("address")
+                   for key in shared)
+    assert shared["yarn.scheduler.maximum-allocation-mb"] == "6144"
+    # The ApplicationMaster reads the configuration of the node it runs on.
+    assert shared["yarn.application.classpath"].split(",")[0] == "$HADOOP_CONF_DIR"
+    for node in local_hadoop.cluster_nodes(layout, 2):
+        yarn = properties(node.conf / "yarn-site.xml")
+        assert yarn["yarn.nodemanager.hostname"] == node.host
+        for key in NM_ADDRESS_KEYS:
+            assert yarn[key].split(":")[0] == node.host, key
+        assert yarn["yarn.nodemanager.local-dirs"] == str(node.local_dirs)
+        assert yarn["yarn.nodemanager.log-dirs"] == str(node.log_dirs)
+        assert yarn["yarn.nodemanager.resource.memory-mb"] == "6144"
+        assert properties(node.conf / "core-site.xml")["hadoop.tmp.dir"] == str(node.hadoop_tmp)
+        assert hadoop.default_fs(node.conf) == local_hadoop.DEFAULT_FS
+        assert node.tmp.is_dir() and (node.conf / "log4j.properties").is_file()
+
+
+def test_one_node_configuration_is_shared_and_memory_is_overridable(layout, monkeypatch):
+    layout.lib.mkdir(parents=True)
+    monkeypatch.delenv("FLINKYARN_NM_MEMORY_MB", raising=False)
+    local_hadoop.write_config(layout, 1)
+    yarn = properties(layout.conf / "yarn-site.xml")
+    assert yarn["yarn.nodemanager.address"] == "127.0.0.1:8041"
+    assert yarn["yarn.nodemanager.resource.memory-mb"] == "8192"
+    assert not (layout.work / "nodes").exists()
+
+    monkeypatch.setenv("FLINKYARN_NM_MEMORY_MB", "4096")
+    local_hadoop.write_config(layout, 2)
+    node = local_hadoop.cluster_nodes(layout, 2)[1]
+    assert properties(node.conf / "yarn-site.xml")["yarn.nodemanager.resource.memory-mb"] == "4096"
+
+
+def test_isolation_hides_the_client_and_brings_back_what_the_node_needs(tmp_path):
+    repo = tmp_path / "repo"
+    layout = local_hadoop.Layout(cache=repo / ".cache" / "hadoop", work=repo / ".local-hadoop")
+    node = local_hadoop.cluster_nodes(layout, 2)[1]
+    hidden = [repo, tmp_path / "home" / ".flinkyarn"]
+    lines = local_hadoop.isolation_script(layout, node, hidden).splitlines()
+
+    assert lines[:2] == ["set -e", "mount -t tmpfs -o mode=700 flinkyarn-stage /tmp"]
+    covers = [i for i, line in enumerate(lines) if "flinkyarn-hidden" in line]
+    assert [lines[i].split()[-1] for i in covers] == sorted(str(h) for h in hidden)
+    binds = [line for line in lines[:covers[0]] if "mount --bind" in line]
+    moves = [line for line in lines[covers[-1]:] if "mount --move" in line]
+    kept = [layout.cache, layout.bin, layout.conf, node.root, layout.resources]
+    assert sorted(b.split()[-2] for b in binds) == sorted(str(k) for k in kept)
+    assert sorted(m.split()[-1] for m in moves) == sorted(str(k) for k in kept)
+    # Not the other nodes' folders, nor the data or logs of the shared daemons.
+    assert str(layout.data) not in "\n".join(lines)
+    assert lines[-3:] == ["umount /tmp", f"mount --bind {node.tmp} /tmp", 'exec "$0" "$@"']
+
+
+def fake_daemon(layout, name):
+    """A live process carrying the command-line marker of daemon `name` of `layout`."""
+    layout.pids.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                f"-Dflinkyarn.daemon={name}@{layout.work}"])
+    layout.pidfile(name).write_text(f"{process.pid}\n")
+    # Until the child has exec'd, its command line is still ours.
+    deadline = time.monotonic() + 30
+    while local_hadoop.read_pid(layout, name) != process.pid and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process
+
+
+def test_node_count_comes_from_the_request_then_the_environment_then_the_record(
+        layout, monkeypatch):
+    monkeypatch.delenv("FLINKYARN_NODES", raising=False)
+    assert local_hadoop.requested_node_count(layout, None) == 1
+    assert local_hadoop.requested_node_count(layout, 3) == 3
+    monkeypatch.setenv("FLINKYARN_NODES", "2")
+    assert local_hadoop.requested_node_count(layout, None) == 2
+    assert local_hadoop.requested_node_count(layout, 4) == 4
+
+    layout.work.mkdir(parents=True)
+    local_hadoop._record_node_count(layout, 2)
+    monkeypatch.delenv("FLINKYARN_NODES")
+    running = fake_daemon(layout, "namenode")
+    try:
+        # A plain `up` completes the running cluster with its own count ...
+        assert local_hadoop.requested_node_count(layout, None) == 2
+        assert local_hadoop.requested_node_count(layout, 2) == 2
+        # ... and another count is refused with what to do.
+        with pytest.raises(local_hadoop.ClusterError) as error:
+            local_hadoop.requested_node_count(layout, 1)
+        assert "runs with 2 node(s)" in str(error.value)
+        assert "`integration/cluster down` first" in str(error.value)
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_down_stops_every_node_including_those_of_a_larger_earlier_cluster(layout):
+    layout.work.mkdir(parents=True)
+    local_hadoop._record_node_count(layout, 2)
+    processes = [fake_daemon(layout, name)
+                 for name in ("nodemanager", "nodemanager-2", "nodemanager-3")]
+    try:
+        local_hadoop.down(layout, say=lambda _: None)
+        for process in processes:
+            assert process.wait(timeout=30) is not None
+        assert not list(layout.pids.glob("*.pid"))
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
