@@ -155,6 +155,26 @@ YARN_APPLICATION_NAME = option(
 YARN_TAGS = option(
     "yarn.tags", STRING, "",
     "Comma-separated tags attached to the YARN application.")
+YARN_STAGING_DIRECTORY = option(
+    "yarn.staging-directory", STRING, "",
+    "Folder on the cluster's default filesystem for flinkyarn's cache (the packed Python environment, its own code) and the applications' credentials; empty: /user/<user>/.flinkyarn.")
+YARN_PROVIDED_LIB_DIRS = option(
+    "yarn.provided.lib.dirs", STRING, "",
+    "Comma-separated folders on the cluster's filesystem where prepared archives wait under their content-addressed names (environment-<digest>.tar, flinkyarn-code-<digest>.tar.gz); found there, nothing is uploaded.")
+YARN_SHIP_FILES = option(
+    "yarn.ship-files", STRING, "",
+    "Comma-separated local files or folders localized into the working folder of every container (--files).")
+
+# Python on the cluster
+PYTHON_ARCHIVES = option(
+    "python.archives", STRING, "",
+    "Comma-separated archives (local or hdfs://, optionally path#name) YARN unpacks into every TaskExecutor's container (-pyarch); with python.executable, a prepared environment used instead of the packed client environment.")
+PYTHON_EXECUTABLE = option(
+    "python.executable", STRING, "",
+    "Interpreter the TaskExecutors run (-pyexec): a path inside an archive of python.archives (NAME/bin/python) or an absolute path present on every node; empty: the shipped client environment's.")
+PYTHON_FILES = option(
+    "python.files", STRING, "",
+    "Comma-separated Python files, folders, .zip or .egg files put on the PYTHONPATH of the program and of every container (--py-files, -pyfs).")
 
 # Fault tolerance
 FAILOVER_STRATEGY = option(

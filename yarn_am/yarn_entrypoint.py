@@ -41,6 +41,7 @@ class Outcome:
 
     def __init__(self, status: str = "SUCCEEDED", diagnostics: str = "") -> None:
         self.status, self.diagnostics = status, diagnostics
+        self.fatal = False  # set once a failure ended the application; nothing overrides it
 
 
 async def _report_progress(app, appmaster: AppMaster, job_id: str) -> None:
@@ -66,6 +67,8 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome)
         result = await appmaster.dispatcher.wait_for_result(graph.job_id)
     finally:
         progress.cancel()
+    if outcome.fatal:  # the application ended for a reason above the job's
+        return
     outcome.status = FINAL_STATUS[result.status.value]
     outcome.diagnostics = f"job {graph.name!r} ({graph.job_id}) {result.status.value}"
     if result.failure_cause:
@@ -78,8 +81,16 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, outcome: Out
     if args.mode == "per-job":
         graph = msgspec.msgpack.decode(Path(args.job_graph).read_bytes(), type=JobGraph)
     title = f"flinkyarn {args.mode}: {graph.name if graph else app.id}"
-    appmaster = AppMaster(conf, ClusterSecurity.load(Path(args.security_dir)), YarnDriver(app),
-                          title)
+    appmaster: AppMaster | None = None
+
+    def on_fatal(diagnostic: str) -> None:
+        log.error("ending the application: %s", diagnostic)
+        outcome.status, outcome.diagnostics = "FAILED", diagnostic
+        outcome.fatal = True
+        appmaster.shutdown()
+
+    appmaster = AppMaster(conf, ClusterSecurity.load(Path(args.security_dir)),
+                          YarnDriver(app, on_fatal=on_fatal), title)
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:
@@ -94,7 +105,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, outcome: Out
     for task in job_task:
         if not task.done():
             task.cancel()
-            outcome.status, outcome.diagnostics = "KILLED", "the AppMaster was stopped"
+            if not outcome.fatal:
+                outcome.status, outcome.diagnostics = "KILLED", "the AppMaster was stopped"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from yarn_client.executors import ClusterExecutor
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
 from yarn_client.programs import GraphCapture, ProgramAborted, pyspark_job_graph, run_program
 from yarn_client.rest_client import RestError
+from yarn_client.shipping import ShippingError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
 from yarn_client.yarn_executors import PerJobExecutor, SessionExecutor
 
@@ -101,13 +102,23 @@ def yarn_options(name: str | None, queue: str | None, tags: tuple[str, ...],
                        tags=tuple(t for tag in tags for t in tag.split(",") if t), files=files)
 
 
+def python_files(conf: Configuration) -> list[Path]:
+    """python.files as the client's program sees them: each must exist."""
+    paths = [Path(p.strip()).expanduser() for p in conf.get(options.PYTHON_FILES).split(",") if p.strip()]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise click.BadParameter(f"no such file or folder: {', '.join(missing)}",
+                                 param_hint="--py-files")
+    return paths
+
+
 def yarn_errors(function):
     """Turns the YARN client's expected errors into a message and exit code 1."""
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         try:
             return function(*args, **kwargs)
-        except (YarnDeploymentError, RestError, HadoopConfigError) as error:
+        except (YarnDeploymentError, RestError, HadoopConfigError, ShippingError) as error:
             click.echo(f"error: {error}", err=True)
             sys.exit(1)
     return wrapper
@@ -122,6 +133,41 @@ def yarn_application_options(function):
     return function
 
 
+def python_options(function):
+    """Flink's options for the Python the cluster runs, as -D overrides of their keys."""
+    for decorator in reversed((
+            click.option("-pyarch", "--python-archives", "python_archives", multiple=True,
+                         metavar="ARCHIVE[#NAME]",
+                         help="A prepared environment archive (local or hdfs://) YARN unpacks "
+                              "in every TaskExecutor container (python.archives)."),
+            click.option("-pyexec", "--python-executable", "python_executable",
+                         help="The interpreter the TaskExecutors run, e.g. NAME/bin/python "
+                              "inside an archive (python.executable)."),
+            click.option("-pyfs", "--py-files", "py_files", multiple=True,
+                         help="Python files, folders, .zip or .egg files for the PYTHONPATH of "
+                              "the program and of every container (python.files)."),
+            click.option("--files", multiple=True,
+                         type=click.Path(exists=True, path_type=Path),
+                         help="Files or folders shipped to every container (yarn.ship-files)."))):
+        function = decorator(function)
+    return function
+
+
+def python_properties(properties: tuple[str, ...], python_archives: tuple[str, ...],
+                      python_executable: str | None, py_files: tuple[str, ...],
+                      files: tuple[Path, ...]) -> tuple[str, ...]:
+    """The -D overrides the Python options stand for (comma lists, as in Flink)."""
+    extra = []
+    for key, values in ((options.PYTHON_ARCHIVES.key, python_archives),
+                        (options.PYTHON_FILES.key, py_files),
+                        (options.YARN_SHIP_FILES.key, tuple(str(f) for f in files))):
+        if values:
+            extra.append(f"{key}={','.join(values)}")
+    if python_executable:
+        extra.append(f"{options.PYTHON_EXECUTABLE.key}={python_executable}")
+    return (*properties, *extra)
+
+
 @cli.command(context_settings=PROGRAM_SETTINGS)
 @click.option("-t", "--target", type=click.Choice(TARGETS), default=None,
               help="Where to run: local processes, a YARN application per job, or a YARN "
@@ -134,35 +180,37 @@ def yarn_application_options(function):
                    "with a TaskExecutor's SparkSession.")
 @click.option("--detached", is_flag=True, help="yarn-per-job: print the application id and return.")
 @click.option("--application-id", help="yarn-session: the session to submit into (default: your newest).")
-@click.option("--files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Extra files shipped to every container (YARN targets).")
+@python_options
 @yarn_application_options
 @click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached: bool,
-        application_id: str | None, files: tuple[Path, ...], name: str | None,
-        queue: str | None, tags: tuple[str, ...], program: Path, args: tuple[str, ...]) -> None:
+        application_id: str | None, python_archives: tuple[str, ...],
+        python_executable: str | None, py_files: tuple[str, ...], files: tuple[Path, ...],
+        name: str | None, queue: str | None, tags: tuple[str, ...], program: Path,
+        args: tuple[str, ...]) -> None:
     """Run PROGRAM (a Python file that builds and executes jobs) with ARGS."""
     if not program.is_file():
         raise click.BadParameter(f"no such file: {program}", param_hint="PROGRAM")
-    conf = load_configuration(properties)
+    shipped = python_properties((), python_archives, python_executable, py_files, files)
+    conf = load_configuration((*properties, *shipped))
     target = target or default_target()
     try:
         if target == "local":
             executor = LocalTargetExecutor(conf)
         elif target == "yarn-per-job":
-            executor = PerJobExecutor(conf, yarn_options(name, queue, tags, (program, *files), conf),
+            executor = PerJobExecutor(conf, yarn_options(name, queue, tags, (program,), conf),
                                       detached)
         else:
             # The session's configuration is its own; the job-level -D (not the client's
             # config file) go with the jobs.
-            dynamic = parse_dynamic_properties(properties)
+            dynamic = parse_dynamic_properties((*properties, *shipped))
             ignored = sorted(key for key in dynamic if not options.is_job_option(key))
             if ignored:
                 click.echo(f"warning: a session keeps its own configuration; ignored: "
                            f"{', '.join(ignored)} (jobs may set {options.JOB_OPTIONS})", err=True)
             executor = SessionExecutor(application_id, job_settings=options.job_settings(dynamic))
-    except (YarnDeploymentError, RestError, HadoopConfigError) as error:
+    except (YarnDeploymentError, RestError, HadoopConfigError, ShippingError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
     code = 0
@@ -170,14 +218,14 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
         if pyspark:
             executor.execute(pyspark_job_graph(program, args))
         else:
-            run_program(program, args, executor)
+            run_program(program, args, executor, python_files(conf))
     except KeyboardInterrupt:
         click.echo("interrupted: cancelling and stopping what was started", err=True)
         executor.cancel_running()
         code = 1
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except (ClusterStartError, YarnDeploymentError, RestError) as error:
+    except (ClusterStartError, YarnDeploymentError, RestError, ShippingError) as error:
         click.echo(f"error: {error}", err=True)
         code = 1
     except Exception:
@@ -205,14 +253,18 @@ def session() -> None:
 @session.command("start")
 @click.option("-s", "--slots", type=int, help="Slots per TaskExecutor (taskmanager.numberOfTaskSlots).")
 @click.option("-D", "properties", multiple=True, metavar="KEY=VALUE")
+@python_options
 @yarn_application_options
 @yarn_errors
-def session_start(slots: int | None, properties: tuple[str, ...], name: str | None,
+def session_start(slots: int | None, properties: tuple[str, ...],
+                  python_archives: tuple[str, ...], python_executable: str | None,
+                  py_files: tuple[str, ...], files: tuple[Path, ...], name: str | None,
                   queue: str | None, tags: tuple[str, ...]) -> None:
     """Start a session cluster; print its application id."""
     if slots is not None:
         properties = (*properties, f"taskmanager.numberOfTaskSlots={slots}")
-    conf = load_configuration(properties)
+    conf = load_configuration(python_properties(properties, python_archives, python_executable,
+                                                py_files, files))
     deployment = YarnClusterDescriptor(conf, yarn_options(name, queue, tags, (), conf)) \
         .deploy("session")
     click.echo(f"session {deployment.app_id} is up")

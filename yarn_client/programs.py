@@ -22,11 +22,16 @@ class ProgramAborted(Exception):
     """Raised inside the program to stop it once its job graph is captured."""
 
 
-def run_program(program: Path, args: tuple[str, ...], executor: JobExecutor) -> None:
+def run_program(program: Path, args: tuple[str, ...], executor: JobExecutor,
+                python_files: list[Path] = ()) -> None:
     """Runs the program as `__main__` with `sys.argv` = [program, *args] and `executor`
-    installed; the program's exceptions propagate."""
+    installed; the program's exceptions propagate. `python_files` (--py-files) go on
+    its path as on the containers': a folder or archive itself, a .py file's folder."""
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(program), *args]
+    for path in reversed(python_files):
+        entry = path.resolve().parent if path.suffix == ".py" else path.resolve()
+        sys.path.insert(0, str(entry))
     sys.path.insert(0, str(program.resolve().parent))  # its local modules, as python does
     environment.install(executor)
     try:

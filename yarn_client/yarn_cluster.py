@@ -14,9 +14,11 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +28,10 @@ import msgspec
 
 from flinkyarn import hadoop, options
 from flinkyarn.configuration import Configuration
+from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import FILES, ClusterSecurity
+from yarn_client import shipping
 from yarn_client.rest_client import RestClient
 
 APPLICATION_TYPE = "flinkyarn"
@@ -71,8 +75,19 @@ def rm_web_address() -> str:
 
 def rm_get(path: str) -> dict:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(rm_web_address() + path, timeout=10) as response:
-        return json.load(response)
+    try:
+        with opener.open(rm_web_address() + path, timeout=10) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            raise YarnDeploymentError(f"the YARN ResourceManager knows no {path}") from None
+        raise YarnDeploymentError(f"the YARN ResourceManager at {rm_web_address()} "
+                                  f"answered {error.code} to {path}") from None
+    except (OSError, ValueError) as error:
+        raise YarnDeploymentError(f"the YARN ResourceManager at {rm_web_address()} does not "
+                                  f"answer ({getattr(error, 'reason', error)}); is "
+                                  f"HADOOP_CONF_DIR ({os.environ.get('HADOOP_CONF_DIR')}) "
+                                  f"right?") from None
 
 
 def application_report(app_id: str) -> dict:
@@ -142,45 +157,79 @@ class YarnClusterDescriptor:
         containers = self._containers()
         check_request(self.yarn.queue, containers)
         use_flinkyarn_jar()
+        staging = shipping.Staging(self.conf, self._say)
+        self._say("shipping to the cluster:")
+        shipment = shipping.ship(self.conf, staging)
         work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
-        ClusterSecurity.generate(work / "security")
-        # skein localizes files into the container's working folder, flat.
-        files = {name: str(work / "security" / name) for name in FILES}
-        if graph is not None:
-            (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
-            files["job.msgpack"] = str(work / "job.msgpack")
-        for extra in self.yarn.files:
-            files[extra.name] = str(extra.resolve())
-        spec = self._spec(mode, graph, files, containers)
-        phases: dict[str, float] = {}
-        start = time.monotonic()
-        log = HOME / "logs" / "skein-driver.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with skein.Client(log=str(log)) as client:
-            app_id = client.submit(spec)
-            phases["submitted"] = time.monotonic() - start
-            self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
-                      f"[{phases['submitted']:.1f} s]")
-            try:
-                rest_address, dashboard = self._wait_for_appmaster(client, app_id, start, phases)
-            except BaseException:
-                client.kill_application(app_id)
-                raise
-        target = application_dir(app_id)
-        target.mkdir(parents=True, exist_ok=True)
-        os.replace(work / "security", target / "security")
-        (target / "cluster.json").write_text(json.dumps({
-            "rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
-            "name": spec.name}))
+        try:
+            cluster_id = new_id()
+            ClusterSecurity.generate(work / "security")
+            credentials = f"{staging.root}/clusters/{cluster_id}"
+            staging.private_folder(credentials)
+            for name in FILES:
+                staging.upload(work / "security" / name, f"{credentials}/{name}")
+            # Localized from the staging folder, readable by this user only: nothing
+            # else carries the cluster's keys.
+            files = {name: shipping.Localized(name, staging.uri(f"{credentials}/{name}")).skein_file()
+                     for name in FILES}
+            files.update({name: f.skein_file() for name, f in shipment.files.items()})
+            for extra in self._ship_files():
+                files[extra.name] = str(extra.resolve())
+            master_files = dict(files)
+            if graph is not None:
+                (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
+                master_files["job.msgpack"] = str(work / "job.msgpack")
+            spec = self._spec(mode, graph, master_files, files, shipment, containers)
+            phases: dict[str, float] = {"uploaded bytes": float(shipment.uploaded_bytes)}
+            start = time.monotonic()
+            log = HOME / "logs" / "skein-driver.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with skein.Client(log=str(log)) as client:
+                app_id = client.submit(spec)
+                phases["submitted"] = time.monotonic() - start
+                self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
+                          f"[{phases['submitted']:.1f} s]")
+                try:
+                    rest_address, dashboard = self._wait_for_appmaster(client, app_id, start, phases)
+                except BaseException:
+                    client.kill_application(app_id)
+                    raise
+            info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
+                    "name": spec.name, "credentials": credentials}
+            staging.write_private(f"{staging.root}/applications/{app_id}.json",
+                                  json.dumps(info).encode())
+            target = application_dir(app_id)
+            target.mkdir(parents=True, exist_ok=True)
+            target.chmod(0o700)
+            os.replace(work / "security", target / "security")
+            (target / "cluster.json").write_text(json.dumps(info))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security")),
                           dashboard, phases)
 
-    def _spec(self, mode: str, graph: JobGraph | None, files: dict[str, str],
-              containers: dict[str, tuple[int, int, str]]):
+    def _ship_files(self) -> list[Path]:
+        """--files and --py-files (each localized under its own name)."""
+        listed = [*self.yarn.files, *(Path(p.strip()).expanduser() for key in
+                                      (options.YARN_SHIP_FILES, options.PYTHON_FILES)
+                                      for p in self.conf.get(key).split(",") if p.strip())]
+        names: dict[str, Path] = {}
+        for path in listed:
+            if not path.exists():
+                raise YarnDeploymentError(f"cannot ship {path}: no such file or folder")
+            if names.get(path.name, path).resolve() != path.resolve():
+                raise YarnDeploymentError(f"cannot ship both {names[path.name]} and {path}: "
+                                          f"containers see both as {path.name}")
+            names[path.name] = path
+        return list(names.values())
+
+    def _spec(self, mode: str, graph: JobGraph | None, master_files: dict, files: dict,
+              shipment: shipping.Shipment, containers: dict[str, tuple[int, int, str]]):
         import skein
 
-        python = sys.executable
         properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in self.conf.raw().items())
+        python_path = shipping.container_python_path(shipment, self.conf)
+        versions = shipping.client_versions()
         name = self.yarn.name or self.conf.get(options.YARN_APPLICATION_NAME) or (
             f"flinkyarn: {graph.name}" if graph else "flinkyarn session")
         job = "--job-graph job.msgpack " if graph is not None else ""
@@ -193,19 +242,21 @@ class YarnClusterDescriptor:
             name=name, queue=self.yarn.queue, tags=tags, max_attempts=1,
             master=skein.Master(
                 resources=skein.Resources(memory=am_memory, vcores=1),
-                files=files, env=environment,
-                script=(f"exec {python} -m yarn_am.yarn_entrypoint --mode {mode} {job}"
-                        f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "
-                        f"-D rest.address=$NM_HOST {properties}")),
+                files=master_files, env=environment,
+                script=shipping.launch_script(shipment.runtime_python, python_path, versions, (
+                    f"-m yarn_am.yarn_entrypoint --mode {mode} {job}"
+                    f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "
+                    f"-D rest.address=$NM_HOST {properties}"))),
             services={"taskexecutor": skein.Service(
                 # The ResourceManager decides on replacements; a failed container must
                 # not end the application (skein's default for a failing service).
                 instances=0, max_restarts=0, allow_failures=True,
                 resources=skein.Resources(memory=te_memory, vcores=te_vcores),
-                files={k: v for k, v in files.items() if k != "job.msgpack"}, env=environment,
-                script=(f"exec {python} -m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID "
-                        f"--resource-manager skein-kv:flinkyarn.rpc_address "
-                        f"--security-dir . -D taskmanager.host=$NM_HOST {properties}"))})
+                files=files, env=environment,
+                script=shipping.launch_script(shipment.python, python_path, versions, (
+                    f"-m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID "
+                    f"--resource-manager skein-kv:flinkyarn.rpc_address "
+                    f"--security-dir . -D taskmanager.host=$NM_HOST {properties}")))})
 
     def _wait_for_appmaster(self, client, app_id: str, start: float,
                             phases: dict[str, float], timeout: float = 300.0) -> tuple[str, str]:
@@ -241,14 +292,38 @@ class YarnClusterDescriptor:
 # ------------------------------------------------------------ existing applications
 
 
-def connect(app_id: str) -> RestClient:
-    """The REST client of an application this user deployed from this machine."""
+def connect(app_id: str, conf: Configuration | None = None) -> RestClient:
+    """The REST client of an application of this user: from what the submitting client
+    kept in ~/.flinkyarn, or else from the application's files in the user's staging
+    folder on HDFS (another machine, another HOME), fetched once into ~/.flinkyarn."""
     target = application_dir(app_id)
     if not (target / "cluster.json").is_file():
-        raise YarnDeploymentError(f"no flinkyarn application {app_id} deployed from this "
-                                  f"machine (nothing in {target})")
+        _fetch_application(app_id, target, conf or Configuration.load())
     info = json.loads((target / "cluster.json").read_text())
     return RestClient(info["rest_address"], ClusterSecurity.load(target / "security"))
+
+
+def _fetch_application(app_id: str, target: Path, conf: Configuration) -> None:
+    staging = shipping.Staging(conf)
+    index = f"{staging.root}/applications/{app_id}.json"
+    try:
+        info = json.loads(staging.fs.cat_file(index))
+        keys = {name: staging.fs.cat_file(f"{info['credentials']}/{name}") for name in FILES}
+    except FileNotFoundError:
+        raise YarnDeploymentError(f"no flinkyarn application {app_id} of yours: neither "
+                                  f"{target} nor {staging.uri(index)} exists") from None
+    partial = target.with_name(f"{app_id}.partial-{new_id()[:8]}")
+    (partial / "security").mkdir(parents=True, mode=0o700)
+    partial.chmod(0o700)
+    for name, data in keys.items():
+        path = partial / "security" / name
+        path.write_bytes(data)
+        path.chmod(0o600)
+    (partial / "cluster.json").write_text(json.dumps(info))
+    try:
+        os.rename(partial, target)
+    except OSError:  # fetched concurrently: theirs is as good
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),

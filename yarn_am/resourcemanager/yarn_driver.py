@@ -10,7 +10,10 @@ it for memory, an admin kills it) and we learn of it only by asking. So:
   registers with it;
 - a watcher polls skein's view of the service's containers every `poll_interval` and
   reports each container's end once, with its state and YARN's exit message;
-- a request skein refuses ends the worker at once (`on_worker_terminated`).
+- a request skein refuses ends the worker at once (`on_worker_terminated`);
+- a container whose launch script found its Python environment unfit for the client's
+  (runtime_check) can never run a TaskExecutor, nor can its replacements: the driver
+  calls `on_fatal` with the diagnostic, once, instead of letting restarts loop.
 The threading contract of driver.py holds: every handler call happens on the loop.
 """
 
@@ -19,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
+from flinkyarn import runtime_check
 from flinkyarn.ids import new_id
 from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn
 from yarn_am.resourcemanager.slot_manager import WorkerSpec
@@ -44,9 +49,13 @@ class _Worker:
 
 
 class YarnDriver:
-    def __init__(self, app, poll_interval: float = 0.5) -> None:
-        """`app` is skein's ApplicationClient of this application."""
+    def __init__(self, app, poll_interval: float = 0.5,
+                 on_fatal: Callable[[str], None] | None = None) -> None:
+        """`app` is skein's ApplicationClient of this application; `on_fatal(diagnostic)`
+        is called on the loop when no TaskExecutor container can ever start."""
         self._app = app
+        self._on_fatal = on_fatal
+        self._fatal = False
         self._poll_interval = poll_interval
         self._workers: dict[str, _Worker] = {}
         self._by_container: dict[str, _Worker] = {}
@@ -117,6 +126,11 @@ class YarnDriver:
                 if state in _ENDED:
                     message = (container.exit_message or "").strip().splitlines()
                     detail = f": {message[-1]}" if message else ""
+                    unfit = [line for line in message if line.startswith(runtime_check.MARKER)]
+                    if unfit and self._on_fatal is not None and not self._fatal:
+                        self._fatal = True
+                        self._on_fatal(f"TaskExecutor container {container.yarn_container_id}: "
+                                       f"{unfit[-1]}")
                     self._end(worker, f"container {container.yarn_container_id or container.id} "
                                       f"{state}{detail}")
 

@@ -1,0 +1,388 @@
+"""What a YARN application of flinkyarn takes from the submitting machine, and how it
+gets there: only through YARN localization, from the cluster's default filesystem.
+
+- The Python environment the client runs in, packed with venv-pack (conda-pack for a
+  conda environment), named by a digest of what is installed, uploaded once into
+  `<staging>/cache/` and localized as an archive (`environment/`) with PRIVATE
+  visibility, so each NodeManager unpacks it once for all applications of the user.
+- flinkyarn's own code (`flinkyarn-code/` on the containers' PYTHONPATH), content
+  addressed the same way. It travels apart from the environment: an editable install
+  points into the client's checkout, which no node has; and changing our code must not
+  repack a gigabyte of pyspark.
+- The user's files (`--py-files`, `--files`) go through skein, per application.
+- The cluster's credentials, under `<staging>/clusters/<cluster id>/` (mode 0700), so
+  that another machine of the same user can reach a session (`connect`), and localized
+  from there (nothing else carries them).
+
+`<staging>` is `yarn.staging-directory`, by default `/user/<user>/.flinkyarn` on the
+default filesystem. Archives are looked up first in `yarn.provided.lib.dirs`, where an
+admin may have put them: found there, nothing is uploaded.
+
+Everything here runs in the client, on its thread; HDFS is spoken over WebHDFS.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import importlib.metadata
+import io
+import os
+import shlex
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from flinkyarn import hadoop, options, runtime_check
+from flinkyarn.configuration import Configuration
+
+ENVIRONMENT_DIR = "environment"
+CODE_DIR = "flinkyarn-code"
+# The packages the containers import, and the folder of the default configuration.
+CODE_PACKAGES = ("flinkyarn", "yarn_am", "taskexecutor", "yarn_client")
+_REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+class ShippingError(RuntimeError):
+    """What the client would ship cannot be shipped; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Localized:
+    """A file or archive on the cluster's filesystem that YARN localizes as `name`."""
+
+    name: str
+    uri: str
+    kind: str = "file"            # or "archive"
+    visibility: str = "application"
+    uploaded_bytes: int = 0       # what this submit had to upload for it (0: cached)
+
+    def skein_file(self):
+        import skein
+
+        return skein.File(source=self.uri, type=self.kind, visibility=self.visibility)
+
+
+@dataclass
+class Shipment:
+    """Everything a submit localizes, and what it cost."""
+
+    files: dict[str, Localized] = field(default_factory=dict)
+    python: str = ""              # the interpreter the TaskExecutors run
+    runtime_python: str = ""      # the interpreter the AppMaster runs
+    python_path: list[str] = field(default_factory=list)
+
+    @property
+    def uploaded_bytes(self) -> int:
+        return sum(f.uploaded_bytes for f in self.files.values())
+
+
+# ----------------------------------------------------------------- the staging area
+
+
+class Staging:
+    """`<staging>` on the default filesystem, over WebHDFS."""
+
+    def __init__(self, conf: Configuration, say: Callable[[str], None] = print) -> None:
+        self.user = getpass.getuser()
+        root = conf.get(options.YARN_STAGING_DIRECTORY) or f"/user/{self.user}/.flinkyarn"
+        self.root = hadoop.hdfs_path(root) if root.startswith("hdfs://") else root.rstrip("/")
+        if not self.root.startswith("/"):
+            raise ShippingError(f"{options.YARN_STAGING_DIRECTORY.key} must be an absolute "
+                                f"path or an hdfs:// URL, not {root!r}")
+        self.provided = [hadoop.hdfs_path(d) if d.startswith("hdfs://") else d.rstrip("/")
+                         for d in conf.get(options.YARN_PROVIDED_LIB_DIRS).split(",") if d.strip()]
+        self.fs = hadoop.hdfs(self.user)
+        self.say = say
+
+    @property
+    def cache(self) -> str:
+        return f"{self.root}/cache"
+
+    def uri(self, path: str) -> str:
+        return hadoop.default_fs().rstrip("/") + path
+
+    def private_folder(self, path: str) -> None:
+        """Creates `path` and the staging root, readable by this user only."""
+        for folder in (self.root, path):
+            self.fs.makedirs(folder, exist_ok=True)
+            self.fs.chmod(folder, "700")
+
+    def find(self, name: str) -> str | None:
+        for folder in (*self.provided, self.cache):
+            if self.fs.exists(f"{folder}/{name}"):
+                return f"{folder}/{name}"
+        return None
+
+    def ensure(self, cached: str, build: Callable[[Path], Path], what: str,
+               name: str) -> Localized:
+        """The archive `cached` of the cache (or of a provided folder), built by
+        `build(folder)` and uploaded when absent; localized as `name`."""
+        found = self.find(cached)
+        if found is not None:
+            self.say(f"  {what}: cached, nothing to upload ({self.uri(found)})")
+            return Localized(name, self.uri(found), "archive", "private")
+        self.private_folder(self.cache)
+        with tempfile.TemporaryDirectory(prefix="flinkyarn-ship-") as folder:
+            start = time.monotonic()
+            local = build(Path(folder))
+            size = local.stat().st_size
+            self.say(f"  {what}: packed {size / 2**20:.0f} MiB in {time.monotonic() - start:.1f} s; "
+                     f"uploading once to {self.uri(self.cache)}/ ...")
+            start = time.monotonic()
+            target = f"{self.cache}/{cached}"
+            self.upload(local, target)
+            self.say(f"  {what}: uploaded in {time.monotonic() - start:.1f} s")
+        return Localized(name, self.uri(target), "archive", "private", size)
+
+    def upload(self, local: Path, target: str, mode: str = "600") -> None:
+        """Writes `local` to `target` atomically: into a unique partial name, then renamed;
+        a concurrent upload of the same content loses the rename harmlessly."""
+        partial = f"{target}.partial-{uuid.uuid4().hex[:8]}"
+        response = self.fs._call("CREATE", "put", partial, redirect=False, overwrite="false",
+                                 permission=mode)
+        location = self.fs._apply_proxy(response.headers["Location"])
+        with open(local, "rb") as data:
+            put = self.fs.session.put(location, data=_Progress(data, local.stat().st_size, self.say),
+                                      headers={"content-type": "application/octet-stream"})
+        put.raise_for_status()
+        renamed = self.fs._call("RENAME", "put", partial, destination=target).json()
+        if not renamed.get("boolean"):
+            self.fs.rm(partial)
+
+    def write_private(self, path: str, data: bytes) -> None:
+        with tempfile.NamedTemporaryFile(prefix="flinkyarn-") as local:
+            local.write(data)
+            local.flush()
+            self.upload(Path(local.name), path)
+
+
+class _Progress(io.RawIOBase):
+    """A file object for requests that says how far a long upload is, every 10 s."""
+
+    def __init__(self, data, size: int, say: Callable[[str], None]) -> None:
+        self._data, self._size, self._say = data, size, say
+        self._done, self._next = 0, time.monotonic() + 10.0
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self._data.read(n if n and n > 0 else 1 << 20)
+        self._done += len(chunk)
+        if time.monotonic() > self._next:
+            self._say(f"    {self._done / 2**20:.0f} of {self._size / 2**20:.0f} MiB")
+            self._next = time.monotonic() + 10.0
+        return chunk
+
+    def __len__(self) -> int:
+        return self._size
+
+
+# ------------------------------------------------------------------ the environment
+
+
+def environment_prefix() -> Path:
+    """The virtual (or conda) environment this client runs in."""
+    prefix = Path(sys.prefix)
+    if sys.prefix == sys.base_prefix and not (prefix / "conda-meta").is_dir():
+        raise ShippingError(
+            f"the client's Python ({sys.executable}) is not in a virtual or conda environment, "
+            f"so there is nothing to ship to the cluster's nodes: run flinkyarn from a venv, "
+            f"or name a prepared environment with -pyarch ({options.PYTHON_ARCHIVES.key}) "
+            f"and -pyexec ({options.PYTHON_EXECUTABLE.key})")
+    return prefix
+
+
+def _is_ours(dist: importlib.metadata.Distribution) -> bool:
+    return (dist.metadata["Name"] or "").lower() == "flinkyarn"
+
+
+def site_packages(prefix: Path) -> list[str]:
+    return [p for p in sys.path if p.startswith(str(prefix)) and p.endswith("site-packages")]
+
+
+def environment_digest(site: list[str]) -> str:
+    """A digest of what is installed in the folders `site`: the interpreter's version
+    and every distribution's name, version and RECORD (which lists each installed file
+    with its hash); flinkyarn itself is left out, it travels as code."""
+    digest = hashlib.sha256(f"{sys.version_info[:3]}\0{sys.implementation.name}\0".encode())
+    dists = [d for d in importlib.metadata.distributions(path=site) if not _is_ours(d)]
+    for dist in sorted(dists, key=lambda d: (d.metadata["Name"] or "").lower()):
+        digest.update(f"{dist.metadata['Name']}\0{dist.version}\0".encode())
+        digest.update((dist.read_text("RECORD") or "").encode())
+    return digest.hexdigest()[:20]
+
+
+def pack_environment(prefix: Path, folder: Path, name: str) -> Path:
+    """The environment as an uncompressed tar (packing 1 GB takes seconds, not a
+    minute; the nodes cache it unpacked), without flinkyarn's editable hooks."""
+    output = folder / name
+    if (prefix / "conda-meta").is_dir():
+        try:
+            import conda_pack
+        except ImportError:
+            raise ShippingError("a conda environment is shipped with conda-pack: "
+                                "pip install conda-pack") from None
+        conda_pack.pack(prefix=str(prefix), output=str(output), format="tar",
+                        ignore_editable_packages=True)
+        return output
+    import venv_pack
+
+    env = venv_pack.Env(str(prefix))
+    site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    for pattern in (f"{site}/__editable__*flinkyarn*", f"{site}/flinkyarn-*.dist-info/*",
+                    f"{site}/__editable___flinkyarn*"):
+        env = env.exclude(pattern)
+    env.pack(output=str(output), format="tar", force=True)
+    return output
+
+
+# ---------------------------------------------------------------------- our code
+
+
+def _code_files() -> list[tuple[Path, str]]:
+    import flinkyarn
+
+    base = Path(flinkyarn.__file__).resolve().parent.parent
+    found = []
+    for package in CODE_PACKAGES:
+        for path in sorted((base / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                found.append((path, str(path.relative_to(base))))
+    conf = base / "conf" / "flinkyarn.yaml"
+    if conf.is_file():
+        found.append((conf, "conf/flinkyarn.yaml"))
+    return found
+
+
+def code_digest() -> str:
+    digest = hashlib.sha256()
+    for path, name in _code_files():
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def pack_code(folder: Path, name: str) -> Path:
+    output = folder / name
+    with tarfile.open(output, "w:gz") as tar:
+        for path, arcname in _code_files():
+            tar.add(path, arcname=arcname)
+    return output
+
+
+# ---------------------------------------------------------------------- versions
+
+
+def client_versions() -> str:
+    """What the containers must match: `python=3.11.7 pyarrow=... pyspark=...`."""
+    from flinkyarn import runtime_check
+
+    return runtime_check.describe(runtime_check.versions())
+
+
+# ------------------------------------------------------------------------ shipping
+
+
+def _archive_name(spec: str) -> tuple[str, str]:
+    """`path#name` -> (path, name); the name defaults to the file name."""
+    path, _, name = spec.partition("#")
+    return path, name or Path(urlparse_path(path)).name
+
+
+def urlparse_path(path: str) -> str:
+    return path.split("://", 1)[1].split("/", 1)[1] if "://" in path else path
+
+
+def ship(conf: Configuration, staging: Staging) -> Shipment:
+    """Makes sure the environment and the code are on the cluster's filesystem and says
+    what to localize; the user's own archives (python.archives) are uploaded per content."""
+    shipment = Shipment()
+    prefix = environment_prefix()
+    digest = environment_digest(site_packages(prefix))
+    env_name = f"environment-{digest}.tar"
+    shipment.files[ENVIRONMENT_DIR] = staging.ensure(
+        env_name, lambda folder: pack_environment(prefix, folder, env_name),
+        f"Python environment {prefix}", ENVIRONMENT_DIR)
+    code_name = f"flinkyarn-code-{code_digest()}.tar.gz"
+    shipment.files[CODE_DIR] = staging.ensure(code_name, lambda folder: pack_code(folder, code_name),
+                                              "flinkyarn code", CODE_DIR)
+    runtime = f"./{ENVIRONMENT_DIR}/bin/python"
+    shipment.runtime_python = shipment.python = runtime
+    shipment.python_path = [f"$PWD/{CODE_DIR}"]
+
+    for spec in (a.strip() for a in conf.get(options.PYTHON_ARCHIVES).split(",") if a.strip()):
+        path, name = _archive_name(spec)
+        if name in shipment.files:
+            raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: the name {name!r} is taken; "
+                                f"give the archive another with {path}#NAME")
+        shipment.files[name] = _user_archive(staging, path, name)
+    executable = conf.get(options.PYTHON_EXECUTABLE)
+    if executable:
+        shipment.python = executable if executable.startswith("/") else f"./{executable}"
+    elif conf.get(options.PYTHON_ARCHIVES):
+        raise ShippingError(f"{options.PYTHON_ARCHIVES.key} is set but "
+                            f"{options.PYTHON_EXECUTABLE.key} is not: name the interpreter inside "
+                            f"the archive, e.g. -pyexec venv.tar.gz/bin/python")
+    return shipment
+
+
+def _user_archive(staging: Staging, path: str, name: str) -> Localized:
+    if path.startswith("hdfs://"):
+        if not staging.fs.exists(hadoop.hdfs_path(path)):
+            raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: no such file {path}")
+        return Localized(name, path, "archive", "private")
+    local = Path(path).expanduser()
+    if not local.is_file():
+        raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: no such file {path}")
+    digest = hashlib.sha256()
+    with open(local, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    suffix = "".join(local.suffixes[-2:]) if local.name.endswith((".tar.gz", ".tar.bz2")) else local.suffix
+    cached = f"archive-{digest.hexdigest()[:20]}{suffix}"
+    return staging.ensure(cached, lambda folder: local, f"archive {local}", name)
+
+
+# ------------------------------------------------------------------ the containers
+
+
+def container_python_path(shipment: Shipment, conf: Configuration) -> str:
+    """The containers' PYTHONPATH: our code, then python.files as Flink's -pyfs puts them
+    (a folder or an archive itself, a .py file through the folder it is localized in)."""
+    entries = list(shipment.python_path)
+    for path in (p.strip() for p in conf.get(options.PYTHON_FILES).split(",") if p.strip()):
+        name = Path(path).name
+        entry = "$PWD" if name.endswith(".py") else f"$PWD/{name}"
+        if entry not in entries:
+            entries.append(entry)
+    return ":".join(entries)
+
+
+def launch_script(python: str, python_path: str, versions: str, command: str) -> str:
+    """The script of a container: scratch space inside the container's folder (YARN
+    removes it), our code on the path, the interpreter checked against the client's
+    `versions`, then `python command`. A mismatch, or an interpreter that does not run
+    at all, exits EXIT_MISMATCH with one line starting with runtime_check.MARKER, also
+    written to a *stderr* file of the container's log folder, which YARN puts in the
+    container's diagnostics."""
+    check = f"{CODE_DIR}/flinkyarn/runtime_check.py"
+    venv_cfg = f'"$(dirname "$(dirname "{python}")")/pyvenv.cfg"'
+    return "\n".join([
+        'export TMPDIR="$PWD/tmp" && mkdir -p "$TMPDIR"',
+        f'export PYTHONPATH="{python_path}${{PYTHONPATH:+:$PYTHONPATH}}"',
+        f"export FLINKYARN_CLIENT_VERSIONS={shlex.quote(versions)}",
+        f'if ! found=$({python} {check} "$FLINKYARN_CLIENT_VERSIONS" 2>&1); then',
+        f'  case "$found" in "{runtime_check.MARKER}"*) ;; *)',
+        f'    found="{runtime_check.MARKER} cannot run the container\'s Python {python}'
+        f' ($(echo $found | tail -c 300)); its environment says: '
+        f'$(grep -s "^version" {venv_cfg} || echo "no pyvenv.cfg"); the client runs '
+        f'$FLINKYARN_CLIENT_VERSIONS" ;;',
+        "  esac",
+        '  echo "$found" >&2',
+        '  [ -n "$LOG_DIRS" ] && echo "$found" > "${LOG_DIRS%%,*}/flinkyarn.stderr"',
+        f"  exit {runtime_check.EXIT_MISMATCH}",
+        "fi",
+        f"exec {python} {command}"])
