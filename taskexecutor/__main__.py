@@ -63,10 +63,12 @@ def resource_manager_address(argument: str) -> str:
 
 
 async def serve(args: argparse.Namespace, conf: Configuration) -> None:
-    security = ClusterSecurity.load(Path(args.security_dir))
     args.resource_manager = await asyncio.to_thread(resource_manager_address, args.resource_manager)
     tmp_root = Path(conf.get(options.IO_TMP_DIRS) or tempfile.gettempdir())
     tmp_dir = Path(tempfile.mkdtemp(prefix=f"flinkyarn-{args.resource_id}-", dir=tmp_root))
+    # Its own certificate, naming the host it binds and advertises: its peers check it.
+    security = ClusterSecurity.load(Path(args.security_dir)).for_host(
+        conf.get(options.TASK_MANAGER_HOST), tmp_dir / "security")
     rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),
                      port=conf.get(options.TASK_MANAGER_RPC_PORT),
                      max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),

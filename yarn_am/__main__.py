@@ -7,11 +7,12 @@ import argparse
 import asyncio
 import logging
 import sys
+import tempfile
 from pathlib import Path
 
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
-from yarn_am.appmaster import AppMaster
+from yarn_am.appmaster import AppMaster, appmaster_security
 from yarn_am.resourcemanager.local_driver import LocalProcessDriver
 
 
@@ -31,8 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", error)
         return 2
     driver = LocalProcessDriver(args.security_dir, args.work_dir / "logs", properties)
-    appmaster = AppMaster(conf, ClusterSecurity.load(args.security_dir), driver, "flinkyarn (local)")
-    asyncio.run(appmaster.serve(info_file=args.info_file))
+    with tempfile.TemporaryDirectory(prefix="flinkyarn-appmaster-") as own:
+        security = appmaster_security(conf, ClusterSecurity.load(args.security_dir),
+                                      Path(own) / "security")
+        appmaster = AppMaster(conf, security, driver, "flinkyarn (local)")
+        asyncio.run(appmaster.serve(info_file=args.info_file))
     return 0
 
 
