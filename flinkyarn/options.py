@@ -121,7 +121,7 @@ PARTITION_REQUEST_TIMEOUT = option(
     "How long a consumer waits for a producer's partition to become available.")
 IO_TMP_DIRS = option(
     "io.tmp.dirs", STRING, "",
-    "Folder for spilled blocking partitions and Spark scratch space; empty uses the system temporary folder.")
+    "Comma-separated folders for scratch files (spilled blocking partitions, tasks' scratch folders, Spark's local dirs and temporary files); empty: the container's LOCAL_DIRS on YARN, else the temporary folder (TMPDIR).")
 PIPELINE_BATCH_SIZE = option(
     "pipeline.batch-size", integer(1), "65536",
     "Most rows per Arrow record batch that sources and operators emit.")

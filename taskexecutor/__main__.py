@@ -1,6 +1,8 @@
 """The TaskExecutor process: `python -m taskexecutor --resource-manager HOST:PORT ...`.
 
 Exits 0 when stopped by SIGTERM, 1 when it could not register in time or failed.
+Its scratch files live in its own folders of the scratch roots (flinkyarn/scratch.py),
+removed when it exits; its TMPDIR points into them.
 """
 
 from __future__ import annotations
@@ -9,16 +11,15 @@ import argparse
 import asyncio
 import logging
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
+from flinkyarn.scratch import ProcessScratch, process_scratch
 from taskexecutor.environment import NetworkConfig, TaskEnvironment
 from taskexecutor.task_executor import RegistrationTimeout, TaskExecutor, TaskExecutorConfig
 
@@ -26,8 +27,9 @@ log = logging.getLogger("taskexecutor")
 
 
 def build_environment(resource_id: str, conf: Configuration, security: ClusterSecurity,
-                      tmp_dir: Path) -> TaskEnvironment:
-    """The data plane and Spark of this TaskExecutor; the Flight server starts serving."""
+                      scratch: ProcessScratch) -> TaskEnvironment:
+    """The data plane and Spark of this TaskExecutor, their files in `scratch`; the
+    Flight server starts serving."""
     from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
     from taskexecutor.spark_bridge import SparkSessionProvider
@@ -39,10 +41,8 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
     return TaskEnvironment(
         resource_id=resource_id, data_address=server.address, partition_manager=manager,
         clients=DataClientPool(security),
-        spark=SparkSessionProvider(conf.get(options.TASK_MANAGER_CPU_CORES),
-                                   conf.get(options.TASK_MANAGER_PROCESS_MEMORY),
-                                   conf.get(options.NUM_TASK_SLOTS), tmp_dir / "spark"),
-        tmp_dir=tmp_dir,
+        spark=SparkSessionProvider.from_configuration(conf, scratch),
+        tmp_dir=scratch.root,
         network=NetworkConfig(conf.get(options.SUBPARTITION_MAX_BUFFERED_BYTES),
                               conf.get(options.PARTITION_REQUEST_TIMEOUT),
                               conf.get(options.PIPELINE_BATCH_SIZE)),
@@ -62,20 +62,16 @@ def resource_manager_address(argument: str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def serve(args: argparse.Namespace, conf: Configuration) -> None:
+async def serve(args: argparse.Namespace, conf: Configuration, scratch: ProcessScratch) -> None:
+    security = ClusterSecurity.load(Path(args.security_dir))
     args.resource_manager = await asyncio.to_thread(resource_manager_address, args.resource_manager)
-    tmp_root = Path(conf.get(options.IO_TMP_DIRS) or tempfile.gettempdir())
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f"flinkyarn-{args.resource_id}-", dir=tmp_root))
-    # Its own certificate, naming the host it binds and advertises: its peers check it.
-    security = ClusterSecurity.load(Path(args.security_dir)).for_host(
-        conf.get(options.TASK_MANAGER_HOST), tmp_dir / "security")
     rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),
                      port=conf.get(options.TASK_MANAGER_RPC_PORT),
                      max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
                      ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
     try:
         address = await rpc.start()
-        environment = build_environment(args.resource_id, conf, security, tmp_dir)
+        environment = build_environment(args.resource_id, conf, security, scratch)
         try:
             executor = TaskExecutor(rpc, args.resource_id, args.resource_manager,
                                     TaskExecutorConfig.from_configuration(conf), environment)
@@ -89,7 +85,6 @@ async def serve(args: argparse.Namespace, conf: Configuration) -> None:
             environment.close()
     finally:
         await rpc.stop(grace=0.5)
-        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.die_with_parent is not None:
         die_with_parent(args.die_with_parent)
     try:
-        asyncio.run(serve(args, conf))
+        with process_scratch(conf, f"flinkyarn-{args.resource_id}-") as scratch:
+            asyncio.run(serve(args, conf, scratch))
     except ExceptionGroup as group:
         timeouts = group.subgroup(RegistrationTimeout)
         if timeouts is None:

@@ -18,10 +18,18 @@ A process size too small to hold all three raises `ConfigurationError` naming th
 With the default of 1 gb: heap 512 MiB, JVM other 205 MiB, Python 307 MiB.
 
 Network. The session is `local[n]`: driver and executor live in the one JVM, which binds
-and advertises 127.0.0.1 only (SPARK_LOCAL_IP, spark.driver.host/bindAddress), has no UI,
-and keeps its warehouse on the local disk. Starting it resolves no host name and opens
-no connection beyond loopback. (Inside a YARN container Spark still sees
-HADOOP_CONF_DIR, so a script's `hdfs://` paths work; nothing is read at start.)
+and advertises the TaskExecutor's host only (`taskmanager.host`: $NM_HOST on YARN,
+127.0.0.1 locally; SPARK_LOCAL_IP, SPARK_LOCAL_HOSTNAME, spark.driver.host/bindAddress),
+and has no UI. (Inside a YARN container Spark still sees HADOOP_CONF_DIR, so a script's
+`hdfs://` paths work; nothing is read at start.)
+
+Scratch space. Everything the session writes is in the TaskExecutor's own scratch
+folders (flinkyarn/scratch.py): the log configuration, the warehouse and the JVM's
+java.io.tmpdir under `tmp_dir`, spark.local.dir spread over `local_dirs` (one folder
+per scratch root). The JVM keeps no hsperfdata file in /tmp (-XX:-UsePerfData). In a
+YARN container Spark itself prefers the container's LOCAL_DIRS to spark.local.dir; YARN
+removes those with the application. JVM options from spark-defaults.conf (in
+SPARK_CONF_DIR) come first in spark.driver.extraJavaOptions, ours after them, so ours win.
 
 Active session. `make_active(session)` (defined in flinkyarn.pipeline.spark_stage, so
 that PySparkScript needs nothing from this package) makes the session both PySpark's default session
@@ -34,9 +42,11 @@ settings only, as PySpark does for any existing session).
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
-import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +54,7 @@ from typing import TYPE_CHECKING
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.pipeline.spark_stage import make_active
+from flinkyarn.scratch import ProcessScratch
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
 
@@ -108,25 +119,29 @@ class SparkSessionProvider:
     from any thread; a later `get()` starts a new session.
     """
 
-    def __init__(self, cores: float, memory_bytes: int, slots: int, tmp_dir: str | os.PathLike) -> None:
+    def __init__(self, cores: float, memory_bytes: int, slots: int, tmp_dir: str | os.PathLike,
+                 host: str = "127.0.0.1", local_dirs: Sequence[str | os.PathLike] = ()) -> None:
+        """Spark's files go under `tmp_dir`, its local dirs in `local_dirs` (default: one
+        under `tmp_dir`); the JVM binds and advertises `host`."""
         self.cores = max(1, int(cores))
         self.slots = slots
         self.memory_bytes = memory_bytes
         self.tmp_dir = Path(tmp_dir)
+        self.host = host
+        self.local_dirs = [Path(d) for d in local_dirs] or [self.tmp_dir / "local"]
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
 
     @classmethod
-    def from_configuration(cls, conf: Configuration, tmp_dir: str | None = None) -> SparkSessionProvider:
-        """Sized by the TaskExecutor's options; scratch space under `tmp_dir`, else the first
-        folder of io.tmp.dirs, else the system temporary folder."""
-        if tmp_dir is None:
-            dirs = [d for d in conf.get(options.IO_TMP_DIRS).split(",") if d.strip()]
-            tmp_dir = dirs[0].strip() if dirs else tempfile.gettempdir()
+    def from_configuration(cls, conf: Configuration, scratch: ProcessScratch) -> SparkSessionProvider:
+        """Sized and addressed by the TaskExecutor's options; its files in the
+        TaskExecutor's `scratch`, local dirs spread over all of its folders."""
         return cls(cores=conf.get(options.TASK_MANAGER_CPU_CORES),
                    memory_bytes=conf.get(options.TASK_MANAGER_PROCESS_MEMORY),
                    slots=conf.get(options.NUM_TASK_SLOTS),
-                   tmp_dir=Path(tmp_dir) / f"flinkyarn-spark-{os.getpid()}")
+                   tmp_dir=scratch.root / "spark",
+                   host=conf.get(options.TASK_MANAGER_HOST),
+                   local_dirs=[folder / "spark-local" for folder in scratch.dirs])
 
     @property
     def memory(self) -> SparkMemoryBudget:
@@ -136,19 +151,21 @@ class SparkSessionProvider:
 
     def spark_conf(self) -> dict[str, str]:
         """The settings the session starts with. Times are UTC in every container."""
-        local_dir = self.tmp_dir / "local"
-        java_options = (f"-Djava.io.tmpdir={local_dir} "
-                        f"-Dlog4j2.configurationFile=file:{self.tmp_dir / 'log4j2.properties'}")
+        java_options = [*shlex.split(_spark_defaults().get("spark.driver.extraJavaOptions", "")),
+                         f"-Djava.io.tmpdir={self.java_tmp_dir}",
+                         f"-Dlog4j2.configurationFile=file:{self.tmp_dir / 'log4j2.properties'}",
+                         # hsperfdata would go to /tmp whatever java.io.tmpdir says
+                         "-XX:-UsePerfData"]
         conf = {
             "spark.master": f"local[{self.cores}]",
             "spark.app.name": "flinkyarn-taskexecutor",
             "spark.driver.memory": f"{self.memory.jvm_heap // MIB}m",
-            "spark.driver.extraJavaOptions": java_options,
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.extraJavaOptions": shlex.join(java_options),
+            "spark.driver.host": self.host,
+            "spark.driver.bindAddress": self.host,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.local.dir": str(local_dir),
+            "spark.local.dir": ",".join(str(d) for d in self.local_dirs),
             "spark.sql.warehouse.dir": (self.tmp_dir / "warehouse").as_uri(),
             "spark.sql.catalogImplementation": "in-memory",
             "spark.sql.shuffle.partitions": str(self.cores * 2),
@@ -163,6 +180,15 @@ class SparkSessionProvider:
             # Several slots' Spark stages run jobs at once; share the cores between them.
             conf["spark.scheduler.mode"] = "FAIR"
         return conf
+
+    @property
+    def java_tmp_dir(self) -> Path:
+        return self.tmp_dir / "jvm-tmp"
+
+    def spark_environment(self) -> dict[str, str]:
+        """Environment variables the JVM reads when it starts: it binds and names itself
+        by `host` and looks no host name up. They override the process's own."""
+        return {"SPARK_LOCAL_IP": self.host, "SPARK_LOCAL_HOSTNAME": self.host}
 
     def get(self) -> SparkSession:
         """The session, started on the first call (~5-10 s). The JVM is launched once per
@@ -192,11 +218,10 @@ class SparkSessionProvider:
     def _start(self) -> SparkSession:
         from pyspark.sql import SparkSession
 
-        (self.tmp_dir / "local").mkdir(parents=True, exist_ok=True)
+        for folder in (self.java_tmp_dir, *self.local_dirs):
+            folder.mkdir(parents=True, exist_ok=True)
         (self.tmp_dir / "log4j2.properties").write_text(_LOG4J2)
-        # Read by the JVM when it starts: no host name lookup, loopback only.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ.setdefault("SPARK_LOCAL_HOSTNAME", "localhost")
+        os.environ.update(self.spark_environment())
         # Spark's Python workers (UDFs) run this interpreter, with its virtualenv.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -208,3 +233,17 @@ class SparkSessionProvider:
         make_active(session)
         return session
 
+
+def _spark_defaults() -> dict[str, str]:
+    """The settings of the spark-defaults.conf that spark-submit would read (in
+    SPARK_CONF_DIR, else SPARK_HOME/conf; none if there is none), parsed as a Java
+    properties file of one-line entries."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None)
+    try:
+        lines = Path(conf_dir, "spark-defaults.conf").read_text().splitlines() if conf_dir else []
+    except OSError:
+        lines = []
+    entries = (re.match(r"([^\s=:]+)\s*[=:]?\s*(.*)", line.strip()) for line in lines
+               if line.strip() and not line.lstrip().startswith(("#", "!")))
+    return {entry[1]: entry[2].strip() for entry in entries if entry}

@@ -1,5 +1,9 @@
 """`python -m yarn_am --security-dir DIR --work-dir DIR [--info-file F] [-D k=v ...]`:
-an AppMaster whose TaskExecutors are local processes (the `local` target)."""
+an AppMaster whose TaskExecutors are local processes (the `local` target).
+
+The AppMaster writes no scratch files of its own; its TMPDIR points into its own scratch
+folder (flinkyarn/scratch.py), removed when it exits, which its TaskExecutors inherit as
+their scratch root unless io.tmp.dirs says otherwise."""
 
 from __future__ import annotations
 
@@ -7,12 +11,12 @@ import argparse
 import asyncio
 import logging
 import sys
-import tempfile
 from pathlib import Path
 
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
-from yarn_am.appmaster import AppMaster, appmaster_security
+from flinkyarn.scratch import process_scratch
+from yarn_am.appmaster import AppMaster
 from yarn_am.resourcemanager.local_driver import LocalProcessDriver
 
 
@@ -32,10 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", error)
         return 2
     driver = LocalProcessDriver(args.security_dir, args.work_dir / "logs", properties)
-    with tempfile.TemporaryDirectory(prefix="flinkyarn-appmaster-") as own:
-        security = appmaster_security(conf, ClusterSecurity.load(args.security_dir),
-                                      Path(own) / "security")
-        appmaster = AppMaster(conf, security, driver, "flinkyarn (local)")
+    appmaster = AppMaster(conf, ClusterSecurity.load(args.security_dir), driver, "flinkyarn (local)")
+    with process_scratch(conf, "flinkyarn-appmaster-"):
         asyncio.run(appmaster.serve(info_file=args.info_file))
     return 0
 

@@ -4,6 +4,11 @@ with plain `python`.
 
 Everything the cluster starts is in one process session (the AppMaster leads it and
 its TaskExecutors die with it), so `stop()` leaves nothing running, also after Ctrl-C.
+
+Everything it writes is in its work dir: logs, credentials, and the scratch space of
+its processes (`scratch_dir`: their TMPDIR, hence their scratch root unless io.tmp.dirs
+is set; flinkyarn/scratch.py). `stop()` removes the scratch space, and the whole work
+dir when the cluster made it, also what a killed TaskExecutor left behind.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import msgspec
 
 from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.scratch import LOCAL_DIRS_ENV, TMPDIR_ENV
 from yarn_client.rest_client import RestClient, RestError
 
 
@@ -42,6 +48,10 @@ class LocalCluster:
         self.dashboard_url: str | None = None
 
     @property
+    def scratch_dir(self) -> Path:
+        return self.work_dir / "tmp"
+
+    @property
     def log_file(self) -> Path:
         return self.work_dir / "appmaster.log"
 
@@ -52,9 +62,13 @@ class LocalCluster:
                    "--work-dir", str(self.work_dir), "--info-file", str(info)]
         for key, value in self.conf.raw().items():
             command += ["-D", f"{key}={value}"]
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        # Not the client's LOCAL_DIRS (were it in a YARN container): they outlive stop().
+        environment = {k: v for k, v in os.environ.items() if k != LOCAL_DIRS_ENV}
+        environment[TMPDIR_ENV] = str(self.scratch_dir)
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=log, start_new_session=True)
+                                            stderr=log, start_new_session=True, env=environment)
         deadline = time.monotonic() + timeout
         while not info.exists():
             if self.process.poll() is not None:
@@ -81,10 +95,16 @@ class LocalCluster:
         return sorted((self.work_dir / "logs").glob("taskexecutor-*.log"))
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Asks the AppMaster to shut down, then makes sure its whole session is gone."""
+        """Asks the AppMaster to shut down, makes sure its whole session is gone, then
+        removes the scratch space, or the whole work dir if the cluster made it (neither
+        with keep_work_dir). Idempotent; also for a cluster that never started."""
+        if self.process is not None:
+            self._stop_processes(timeout)
+        if not self._keep:
+            shutil.rmtree(self.work_dir if self._own_dir else self.scratch_dir, ignore_errors=True)
+
+    def _stop_processes(self, timeout: float) -> None:
         process = self.process
-        if process is None:
-            return
         if process.poll() is None and self.rest is not None:
             try:
                 self.rest.shutdown_cluster()
@@ -102,11 +122,13 @@ class LocalCluster:
             pass
         process.wait()
         self.process = None
-        if self._own_dir and not self._keep:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalCluster":
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

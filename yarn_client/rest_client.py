@@ -1,5 +1,4 @@
-"""A client of the AppMaster's REST API, over HTTPS with the cluster's certificate; the
-AppMaster's certificate must name the host of `address`.
+"""A client of the AppMaster's REST API, over HTTPS with the cluster's certificate.
 Answers are decoded into the Dispatcher's message types, with validation."""
 
 from __future__ import annotations
