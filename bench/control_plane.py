@@ -55,7 +55,7 @@ from flinkyarn.job import JobBuilder
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.endpoint import RpcEndpoint
-from flinkyarn.rpc.security import TLS_NAME, ClusterSecurity
+from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from yarn_client.executors import describe
 from yarn_client.local_cluster import LocalCluster
@@ -136,9 +136,7 @@ async def rpc_round_trips(security: ClusterSecurity, calls: int, warmup: int,
     bare_server.add_generic_rpc_handlers((BareEcho(),))
     port = bare_server.add_secure_port("127.0.0.1:0", security.server_credentials())
     await bare_server.start()
-    bare_channel = grpc.aio.secure_channel(
-        f"127.0.0.1:{port}", security.channel_credentials(),
-        options=[("grpc.ssl_target_name_override", TLS_NAME)])
+    bare_channel = grpc.aio.secure_channel(f"127.0.0.1:{port}", security.channel_credentials())
     bare_stub = bare_channel.unary_unary(BARE_METHOD)
     raw = os.urandom(wire_size)
     timeout = server.ask_timeout  # the proxy sends this deadline with each call; so does the baseline
@@ -453,7 +451,9 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="flinkyarn-bench-") as scratch:
-        security = ClusterSecurity.generate(Path(scratch) / "security")
+        # As an AppMaster on 127.0.0.1: its own certificate, server and client.
+        security = ClusterSecurity.generate(Path(scratch) / "security").for_host(
+            "127.0.0.1", Path(scratch) / "process")
         rpc = asyncio.run(rpc_round_trips(security, args.calls, args.warmup, args.payload))
     cluster = cluster_figures(args.runs, args.rest_calls, args.poll_ms / 1000.0,
                               args.keep_work_dir)

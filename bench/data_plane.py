@@ -70,7 +70,7 @@ import pyarrow.flight as flight
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
-from flinkyarn.rpc.security import TLS_NAME, ClusterSecurity
+from flinkyarn.rpc.security import ClusterSecurity
 from taskexecutor.network import (DataClientPool, DataServer, InputGate, RemoteInputChannel,
                                   ResultPartition, ResultPartitionID, ResultPartitionManager)
 
@@ -96,8 +96,7 @@ def make_batch(columns: str) -> pa.RecordBatch:
 def flight_client(security: ClusterSecurity, address: str) -> flight.FlightClient:
     """A plain FlightClient with the cluster's TLS files and gRPC's default options."""
     return flight.FlightClient(f"grpc+tls://{address}", tls_root_certs=security.ca,
-                               cert_chain=security.cert, private_key=security.key,
-                               override_hostname=TLS_NAME)
+                               cert_chain=security.cert, private_key=security.key)
 
 
 # ====================================================== the producer process
@@ -114,13 +113,13 @@ class _Producer:
         release {result}
     """
 
-    def __init__(self, security_dir: Path, spill_dir: Path, columns: str,
+    def __init__(self, security: ClusterSecurity, spill_dir: Path, columns: str,
                  max_buffered_bytes: int) -> None:
         self.batch = make_batch(columns)
         self.spill_dir = spill_dir
         self.bound = max_buffered_bytes
         self.manager = ResultPartitionManager()
-        self.server = DataServer(self.manager, ClusterSecurity.load(security_dir), "127.0.0.1")
+        self.server = DataServer(self.manager, security, "127.0.0.1")
         self.partitions: dict[str, ResultPartition] = {}
         self.emitters: dict[str, tuple[threading.Thread, list]] = {}
 
@@ -435,11 +434,14 @@ def print_report(figures: dict, batch: pa.RecordBatch, batches: int, rounds: int
 
 
 def serve(args: argparse.Namespace) -> None:
+    # Each server process issues its own certificate for 127.0.0.1, as a TaskExecutor
+    # does for its host, next to the spill folder in the bench's scratch folder.
+    security = ClusterSecurity.load(Path(args.security_dir)).for_host(
+        "127.0.0.1", Path(args.spill_dir).parent / f"{args.serve}-security")
     if args.serve == "producer":
-        _Producer(Path(args.security_dir), Path(args.spill_dir), args.columns,
-                  args.max_buffered_bytes).run()
+        _Producer(security, Path(args.spill_dir), args.columns, args.max_buffered_bytes).run()
     else:
-        _BareServer(ClusterSecurity.load(Path(args.security_dir)), args.columns).run()
+        _BareServer(security, args.columns).run()
 
 
 def main() -> None:

@@ -63,7 +63,9 @@ def resource_manager_address(argument: str) -> str:
 
 
 async def serve(args: argparse.Namespace, conf: Configuration, scratch: ProcessScratch) -> None:
-    security = ClusterSecurity.load(Path(args.security_dir))
+    # Its own certificate, naming the host it binds and advertises: its peers check it.
+    security = ClusterSecurity.load(Path(args.security_dir)).for_host(
+        conf.get(options.TASK_MANAGER_HOST), scratch.root / "security")
     args.resource_manager = await asyncio.to_thread(resource_manager_address, args.resource_manager)
     rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),
                      port=conf.get(options.TASK_MANAGER_RPC_PORT),

@@ -1,9 +1,10 @@
 """`python -m yarn_am --security-dir DIR --work-dir DIR [--info-file F] [-D k=v ...]`:
 an AppMaster whose TaskExecutors are local processes (the `local` target).
 
-The AppMaster writes no scratch files of its own; its TMPDIR points into its own scratch
-folder (flinkyarn/scratch.py), removed when it exits, which its TaskExecutors inherit as
-their scratch root unless io.tmp.dirs says otherwise."""
+The AppMaster's only scratch files are its certificate, issued at its start for its
+hosts (yarn_am.appmaster.appmaster_security), in its own scratch folder
+(flinkyarn/scratch.py), removed when it exits. Its TMPDIR points into that folder, which
+its TaskExecutors inherit as their scratch root unless io.tmp.dirs says otherwise."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.scratch import process_scratch
-from yarn_am.appmaster import AppMaster
+from yarn_am.appmaster import AppMaster, appmaster_security
 from yarn_am.resourcemanager.local_driver import LocalProcessDriver
 
 
@@ -36,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", error)
         return 2
     driver = LocalProcessDriver(args.security_dir, args.work_dir / "logs", properties)
-    appmaster = AppMaster(conf, ClusterSecurity.load(args.security_dir), driver, "flinkyarn (local)")
-    with process_scratch(conf, "flinkyarn-appmaster-"):
+    with process_scratch(conf, "flinkyarn-appmaster-") as scratch:
+        security = appmaster_security(conf, ClusterSecurity.load(args.security_dir),
+                                      scratch.root / "security")
+        appmaster = AppMaster(conf, security, driver, "flinkyarn (local)")
         asyncio.run(appmaster.serve(info_file=args.info_file))
     return 0
 

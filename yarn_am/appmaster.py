@@ -37,6 +37,14 @@ class ClusterInfo(msgspec.Struct, frozen=True):
     pid: int
 
 
+def appmaster_security(conf: Configuration, cluster: ClusterSecurity,
+                       directory: Path) -> ClusterSecurity:
+    """The AppMaster's own certificate, issued at its start into `directory` (its own
+    folder), naming the hosts its RPC and REST endpoints bind and advertise."""
+    return cluster.for_host(conf.get(options.JOB_MANAGER_RPC_ADDRESS), directory,
+                            aliases=[conf.get(options.REST_ADDRESS)])
+
+
 class AppMaster:
     def __init__(self, conf: Configuration, security: ClusterSecurity,
                  driver: ResourceManagerDriver, title: str = "flinkyarn") -> None:

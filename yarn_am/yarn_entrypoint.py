@@ -25,7 +25,8 @@ from flinkyarn.configuration import Configuration, parse_dynamic_properties
 from flinkyarn.gateways.dispatcher import SubmitJob
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import ClusterSecurity
-from yarn_am.appmaster import AppMaster
+from flinkyarn.scratch import ProcessScratch, process_scratch
+from yarn_am.appmaster import AppMaster, appmaster_security
 from yarn_am.resourcemanager.yarn_driver import YarnDriver
 
 log = logging.getLogger("yarn_am")
@@ -76,7 +77,8 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome)
     appmaster.shutdown()
 
 
-async def serve(app, args: argparse.Namespace, conf: Configuration, outcome: Outcome) -> None:
+async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: ProcessScratch,
+                outcome: Outcome) -> None:
     graph = None
     if args.mode == "per-job":
         graph = msgspec.msgpack.decode(Path(args.job_graph).read_bytes(), type=JobGraph)
@@ -89,8 +91,10 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, outcome: Out
         outcome.fatal = True
         appmaster.shutdown()
 
-    appmaster = AppMaster(conf, ClusterSecurity.load(Path(args.security_dir)),
-                          YarnDriver(app, on_fatal=on_fatal), title)
+    # Its own certificate, for $NM_HOST (jobmanager.rpc.address), in its own folder.
+    security = appmaster_security(conf, ClusterSecurity.load(Path(args.security_dir)),
+                                  scratch.root / "security")
+    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title)
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:
@@ -109,12 +113,31 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, outcome: Out
                 outcome.status, outcome.diagnostics = "KILLED", "the AppMaster was stopped"
 
 
+def remove_staging_files(paths: list[str]) -> None:
+    """What the client put on the default filesystem for this application alone; the
+    application ends, so do they. Best effort: the final status matters more."""
+    if not paths:
+        return
+    from flinkyarn import hadoop
+
+    try:
+        filesystem = hadoop.hdfs()
+        for path in paths:
+            if filesystem.exists(path):
+                filesystem.rm(path, recursive=True)
+    except Exception as error:
+        log.warning("could not remove %s: %s", ", ".join(paths), error)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m yarn_am.yarn_entrypoint")
     parser.add_argument("--mode", choices=("per-job", "session"), required=True)
     parser.add_argument("--job-graph")
     parser.add_argument("--security-dir", required=True)
     parser.add_argument("-D", dest="properties", action="append", default=[])
+    parser.add_argument("--staging-file", dest="staging_files", action="append", default=[],
+                        help="a path on the default filesystem that ends with the application "
+                             "(its credentials, its index entry)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s appmaster %(name)s: %(message)s")
@@ -122,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     outcome = Outcome(diagnostics="session stopped" if args.mode == "session" else "")
     try:
         conf = Configuration.from_raw(parse_dynamic_properties(args.properties))
-        asyncio.run(serve(app, args, conf, outcome))
+        with process_scratch(conf, "flinkyarn-appmaster-") as scratch:
+            asyncio.run(serve(app, args, conf, scratch, outcome))
     except BaseException as error:  # the AppMaster itself failed: say so in YARN
         log.exception("the AppMaster failed")
         while isinstance(error, BaseExceptionGroup):
@@ -130,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome.status = "FAILED"
         outcome.diagnostics = f"the flinkyarn AppMaster failed: {type(error).__name__}: {error}"
     log.info("final status %s: %s", outcome.status, outcome.diagnostics)
+    remove_staging_files(args.staging_files)
     app.shutdown(outcome.status, outcome.diagnostics[:MAX_DIAGNOSTICS])
     return 0 if outcome.status == "SUCCEEDED" else 1
 

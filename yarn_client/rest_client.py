@@ -1,4 +1,5 @@
-"""A client of the AppMaster's REST API, over HTTPS with the cluster's certificate.
+"""A client of the AppMaster's REST API, over HTTPS with the cluster's certificate; the
+AppMaster's certificate must name the host of `address`.
 Answers are decoded into the Dispatcher's message types, with validation."""
 
 from __future__ import annotations

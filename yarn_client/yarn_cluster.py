@@ -179,7 +179,10 @@ class YarnClusterDescriptor:
             if graph is not None:
                 (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
                 master_files["job.msgpack"] = str(work / "job.msgpack")
-            spec = self._spec(mode, graph, master_files, files, shipment, containers)
+            index = f"{staging.root}/applications/{{app_id}}.json"
+            cleanup = (f'--staging-file "{credentials}" '
+                       f'--staging-file "{index.format(app_id="$SKEIN_APPLICATION_ID")}" ')
+            spec = self._spec(mode, graph, master_files, files, shipment, containers, cleanup)
             phases: dict[str, float] = {"uploaded bytes": float(shipment.uploaded_bytes)}
             start = time.monotonic()
             log = HOME / "logs" / "skein-driver.log"
@@ -196,8 +199,7 @@ class YarnClusterDescriptor:
                     raise
             info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
                     "name": spec.name, "credentials": credentials}
-            staging.write_private(f"{staging.root}/applications/{app_id}.json",
-                                  json.dumps(info).encode())
+            staging.write_private(index.format(app_id=app_id), json.dumps(info).encode())
             target = application_dir(app_id)
             target.mkdir(parents=True, exist_ok=True)
             target.chmod(0o700)
@@ -224,7 +226,8 @@ class YarnClusterDescriptor:
         return list(names.values())
 
     def _spec(self, mode: str, graph: JobGraph | None, master_files: dict, files: dict,
-              shipment: shipping.Shipment, containers: dict[str, tuple[int, int, str]]):
+              shipment: shipping.Shipment, containers: dict[str, tuple[int, int, str]],
+              cleanup: str = ""):
         import skein
 
         properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in self.conf.raw().items())
@@ -244,7 +247,7 @@ class YarnClusterDescriptor:
                 resources=skein.Resources(memory=am_memory, vcores=1),
                 files=master_files, env=environment,
                 script=shipping.launch_script(shipment.runtime_python, python_path, versions, (
-                    f"-m yarn_am.yarn_entrypoint --mode {mode} {job}"
+                    f"-m yarn_am.yarn_entrypoint --mode {mode} {job}{cleanup}"
                     f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "
                     f"-D rest.address=$NM_HOST {properties}"))),
             services={"taskexecutor": skein.Service(

@@ -24,7 +24,7 @@ import grpc.aio
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.errors import (STATUS_OF, MalformedMessage, RpcError, StaleCall,
                                   UnknownEndpoint, from_grpc)
-from flinkyarn.rpc.security import TLS_NAME, ClusterSecurity
+from flinkyarn.rpc.security import ClusterSecurity
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,8 @@ class _Dispatch(grpc.GenericRpcHandler):
 
 
 class RpcService:
-    """The server and client side of one process's control-plane RPC."""
+    """The server and client side of one process's control-plane RPC. A server's
+    `security` names `host` (ClusterSecurity.for_host): its clients check that name."""
 
     def __init__(self, security: ClusterSecurity, host: str = "127.0.0.1", port: int = 0,
                  max_message_size: int = 64 << 20, ask_timeout: float = 10.0) -> None:
@@ -154,7 +155,6 @@ class RpcService:
         if channel is None:
             channel = grpc.aio.secure_channel(address, self.security.channel_credentials(), options=[
                 *self._options,
-                ("grpc.ssl_target_name_override", TLS_NAME),
                 # A restarted peer must be reachable again quickly.
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.min_reconnect_backoff_ms", 100),

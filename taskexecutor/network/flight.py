@@ -24,7 +24,7 @@ import time
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flinkyarn.rpc.security import TLS_NAME, ClusterSecurity
+from flinkyarn.rpc.security import ClusterSecurity
 from taskexecutor.network.errors import (PartitionException, PartitionFailed,
                                          PartitionNotFound, PartitionNotReady,
                                          PartitionReleased)
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 class DataServer(flight.FlightServerBase):
     """Serves the subpartitions of `manager` over Flight DoGet. A client without the
-    cluster's certificate is refused during the TLS handshake.
+    cluster's certificate is refused during the TLS handshake. `security`'s certificate
+    must name the advertised host (ClusterSecurity.for_host): clients check it.
 
     Listens from construction on. `serve()` starts a background thread that waits in
     Flight's serve loop and returns at once; `shutdown()` (any thread) closes the open
@@ -261,7 +262,7 @@ class DataClientPool:
                 client = self._clients[address] = flight.FlightClient(
                     f"grpc+tls://{address}", tls_root_certs=self._security.ca,
                     cert_chain=self._security.cert, private_key=self._security.key,
-                    override_hostname=TLS_NAME, generic_options=self._grpc_options)
+                    generic_options=self._grpc_options)
             return client
 
     def close(self) -> None:

@@ -1,14 +1,22 @@
-"""Only holders of the cluster's certificate get in; bad input changes nothing."""
+"""Only holders of the cluster's certificate get in, only a server named for the host
+dialed is trusted; bad input changes nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
+import ipaddress
+import socket
 import subprocess
 import sys
+import threading
+import urllib.parse
 import urllib.request
 
 import grpc
 import pytest
+from cryptography import x509
 
 from flinkyarn.gateways.resource_manager import RegisterTaskExecutor, ResourceManagerGateway
 from flinkyarn.ids import new_id
@@ -39,6 +47,47 @@ def test_rest_client_without_the_clusters_certificate_is_refused(cluster, strang
     with pytest.raises(OSError):
         urllib.request.build_opener(urllib.request.ProxyHandler({})).open(plain, timeout=5)
     assert cluster.rest.jobs().jobs == []
+
+
+def test_the_appmaster_presents_its_own_certificate_for_its_host(cluster):
+    url = urllib.parse.urlsplit(cluster.rest.address)
+    context = cluster.security.client_ssl_context()
+    with socket.create_connection((url.hostname, url.port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=url.hostname) as tls:
+        presented = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+    presented.verify_directly_issued_by(x509.load_pem_x509_certificate(cluster.security.ca))
+    assert presented != x509.load_pem_x509_certificate(cluster.security.cert)
+    names = presented.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+
+
+@contextlib.contextmanager
+def https_server(security):
+    """An HTTPS server on 127.0.0.1 presenting `security`'s certificate; it answers
+    every request 501."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    server.socket = security.server_ssl_context().wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_rest_client_refuses_a_server_whose_certificate_names_another_host(tmp_path):
+    cluster_files = ClusterSecurity.generate(tmp_path / "cluster")
+    elsewhere = cluster_files.for_host("10.1.2.3", tmp_path / "elsewhere")
+    with https_server(elsewhere) as address:
+        with pytest.raises(RestError, match="cannot reach.*(match|mismatch)"):
+            RestClient(address, cluster_files, timeout=5).jobs()
+    # The same authority's certificate for the host dialed is trusted.
+    here = cluster_files.for_host("127.0.0.1", tmp_path / "here")
+    with https_server(here) as address:
+        with pytest.raises(RestError) as answered:
+            RestClient(address, cluster_files, timeout=5).jobs()
+        assert answered.value.status == 501
 
 
 def test_task_executor_without_the_certificate_cannot_register(cluster, stranger):

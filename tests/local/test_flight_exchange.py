@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from flinkyarn.rpc.security import TLS_NAME, ClusterSecurity
+from flinkyarn.rpc.security import ClusterSecurity
 from taskexecutor.network import (DataClientPool, DataServer, InputGate, PartitionFailed,
                                   PartitionNotFound, PartitionReleased, RemoteInputChannel,
                                   ResultPartition, ResultPartitionID, ResultPartitionManager,
@@ -44,7 +44,8 @@ from taskexecutor.network import (DataServer, ResultPartition, ResultPartitionID
                                   ResultPartitionManager)
 
 manager = ResultPartitionManager()
-server = DataServer(manager, ClusterSecurity.load(Path(sys.argv[1])), "127.0.0.1")
+security = ClusterSecurity.load(Path(sys.argv[1])).for_host("127.0.0.1", Path(sys.argv[3]))
+server = DataServer(manager, security, "127.0.0.1")
 server.serve()
 print(json.dumps({"address": server.address}), flush=True)
 partitions = {}
@@ -74,12 +75,14 @@ server.shutdown()
 
 class ProducerProcess:
     """A separate Python process with a ResultPartitionManager and a DataServer, driven
-    by JSON commands on its stdin."""
+    by JSON commands on its stdin. It issues its own certificate from the cluster's files
+    into `own_dir`, as a TaskExecutor does."""
 
-    def __init__(self, security: ClusterSecurity, spill_dir: Path) -> None:
+    def __init__(self, cluster_files: ClusterSecurity, spill_dir: Path, own_dir: Path) -> None:
         script = "import pyarrow as pa\n" + inspect.getsource(make_batch) + PRODUCER_LOOP
         self.process = subprocess.Popen(
-            [sys.executable, "-c", script, str(security.directory), str(spill_dir)],
+            [sys.executable, "-c", script, str(cluster_files.directory), str(spill_dir),
+             str(own_dir)],
             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.address = json.loads(self.process.stdout.readline())["address"]
 
@@ -99,13 +102,20 @@ class ProducerProcess:
 
 
 @pytest.fixture
-def security(tmp_path) -> ClusterSecurity:
+def cluster_files(tmp_path) -> ClusterSecurity:
     return ClusterSecurity.generate(tmp_path / "security")
 
 
 @pytest.fixture
-def producer_process(security, tmp_path):
-    producer = ProducerProcess(security, tmp_path / "producer-spill")
+def security(cluster_files, tmp_path) -> ClusterSecurity:
+    """This process's own certificate, as a TaskExecutor on 127.0.0.1 has."""
+    return cluster_files.for_host("127.0.0.1", tmp_path / "process")
+
+
+@pytest.fixture
+def producer_process(cluster_files, tmp_path):
+    producer = ProducerProcess(cluster_files, tmp_path / "producer-spill",
+                               tmp_path / "producer-security")
     yield producer
     producer.stop()
 
@@ -231,7 +241,7 @@ def test_a_client_without_the_cluster_certificate_is_refused(manager, server, po
     ticket = flight.Ticket(b'{"job_id":"job","result_id":"result","partition_number":0,'
                            b'"subpartition":0}')
     for name, credentials in intruders.items():
-        client = flight.FlightClient(location, override_hostname=TLS_NAME, **credentials)
+        client = flight.FlightClient(location, **credentials)
         with pytest.raises(flight.FlightUnavailableError):
             client.do_get(ticket).read_all()
         client.close()
@@ -241,6 +251,20 @@ def test_a_client_without_the_cluster_certificate_is_refused(manager, server, po
     stranger_pool.close()
     # With the cluster's files the same request is served.
     assert read_table(remote(pool, server.address)).equals(expected(0, 1))
+
+
+def test_a_server_whose_certificate_names_another_host_is_refused(manager, pool, cluster_files,
+                                                                  tmp_path):
+    """Consumers check the name: a data server of the cluster whose certificate names
+    another host is unreachable from a consumer dialing 127.0.0.1."""
+    partition = ResultPartition(pid(), "blocking", 1, tmp_path, 1)
+    manager.register(partition)
+    partition.emit(0, make_batch(0))
+    partition.finish()
+    elsewhere = cluster_files.for_host("10.1.2.3", tmp_path / "elsewhere")
+    with DataServer(manager, elsewhere, "127.0.0.1") as server:
+        with pytest.raises(PartitionFailed, match="unreachable"):
+            list(remote(pool, server.address).read())
 
 
 def test_backpressure_across_flight_keeps_the_producers_buffer_bounded(manager, server, pool, tmp_path):

@@ -53,16 +53,23 @@ class Counter(RpcEndpoint):
 
 
 @pytest.fixture
-def security(tmp_path):
+def cluster_files(tmp_path):
     return ClusterSecurity.generate(tmp_path / "cluster")
+
+
+@pytest.fixture
+def security(cluster_files, tmp_path):
+    """What a process of the cluster on 127.0.0.1 uses: its own certificate."""
+    return cluster_files.for_host("127.0.0.1", tmp_path / "process")
 
 
 def run(scenario):
     asyncio.run(asyncio.wait_for(scenario(), 20))
 
 
-async def serve(security, **options):
-    server = RpcService(security, max_message_size=options.get("max_message_size", 64 << 20))
+async def serve(security, host="127.0.0.1", **options):
+    server = RpcService(security, host,
+                        max_message_size=options.get("max_message_size", 64 << 20))
     await server.start()
     counter = Counter(server)
     task = asyncio.create_task(counter.run())
@@ -85,6 +92,51 @@ def test_call_round_trip_changes_state_on_the_endpoint(security):
         gateway = client.connect(server.address, "counter", CounterGateway)
         assert await gateway.add(Add("leader-2", 5)) == Total(5)
         assert await gateway.add(Add("leader-2", 2)) == Total(7)
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_the_submitting_clients_certificate_reaches_a_process_of_its_cluster(cluster_files,
+                                                                            security):
+    async def scenario():
+        server, counter, task = await serve(security)
+        client = RpcService(cluster_files)
+        gateway = client.connect(server.address, "counter", CounterGateway)
+        assert await gateway.add(Add("leader-2", 5)) == Total(5)
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_a_server_whose_certificate_names_another_host_is_refused(cluster_files, security,
+                                                                  tmp_path):
+    """The client checks the name: a certificate of the cluster for another host (as a
+    process that took over a port on this one would present) does not do."""
+    elsewhere = cluster_files.for_host("10.1.2.3", tmp_path / "elsewhere")
+
+    async def scenario():
+        server, counter, task = await serve(elsewhere)
+        client = RpcService(security)
+        gateway = client.connect(server.address, "counter", CounterGateway)
+        with pytest.raises(Unreachable):
+            await gateway.add(Add("leader-2", 5), timeout=5)
+        assert counter.value == 0
+        await shutdown(server, counter, task, client)
+    run(scenario)
+
+
+def test_a_process_certificate_names_the_host_dialed_not_a_nearby_one(cluster_files, tmp_path):
+    """localhost and 127.0.0.1 are different names: a certificate for one is refused
+    when the other is dialed."""
+    named_localhost = cluster_files.for_host("localhost", tmp_path / "localhost")
+
+    async def scenario():
+        server, counter, task = await serve(named_localhost, host="127.0.0.1")
+        client = RpcService(cluster_files)
+        with pytest.raises(Unreachable):
+            await client.connect(server.address, "counter", CounterGateway).ping(ACK, timeout=5)
+        port = server.address.rsplit(":", 1)[1]
+        assert await client.connect(f"localhost:{port}", "counter",
+                                    CounterGateway).ping(ACK, timeout=5) == ACK
         await shutdown(server, counter, task, client)
     run(scenario)
 

@@ -12,8 +12,9 @@ it for memory, an admin kills it) and we learn of it only by asking. So:
   reports each container's end once, with its state and YARN's exit message;
 - a request skein refuses ends the worker at once (`on_worker_terminated`);
 - a container whose launch script found its Python environment unfit for the client's
-  (runtime_check) can never run a TaskExecutor, nor can its replacements: the driver
-  calls `on_fatal` with the diagnostic, once, instead of letting restarts loop.
+  (runtime_check; the line is read from the container's log folder through its
+  NodeManager) can never run a TaskExecutor, nor can its replacements: the driver calls
+  `on_fatal` with the diagnostic, once, instead of letting restarts loop.
 The threading contract of driver.py holds: every handler call happens on the loop.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,7 +36,30 @@ log = logging.getLogger(__name__)
 SERVICE = "taskexecutor"
 RESOURCE_ID_VARIABLE = "FLINKYARN_RESOURCE_ID"
 RPC_ADDRESS_KEY = "flinkyarn.rpc_address"
+# Written by the container's launch script (yarn_client.shipping.launch_script).
+UNFIT_LOG = "flinkyarn.stderr"
 _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
+
+
+def unfit_diagnostic(node_http_address: str | None, container_id: str | None,
+                     timeout: float = 5.0) -> str | None:
+    """The line a container's launch script wrote when its Python environment did not fit
+    the client's (runtime_check.MARKER ...), read from the container's log folder through
+    its NodeManager's web services while the application runs; None when there is none.
+    (skein reports a failed container only as "failed during execution", and the script
+    could not have told us otherwise: the environment it would speak with is the unfit one.)"""
+    if not node_http_address or not container_id:
+        return None
+    url = (f"http://{node_http_address}/ws/v1/node/containerlogs/{container_id}/"
+           f"{UNFIT_LOG}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            text = response.read(65536).decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    lines = [line for line in text.splitlines() if line.startswith(runtime_check.MARKER)]
+    return lines[-1] if lines else None
 
 
 @dataclass
@@ -126,13 +151,21 @@ class YarnDriver:
                 if state in _ENDED:
                     message = (container.exit_message or "").strip().splitlines()
                     detail = f": {message[-1]}" if message else ""
-                    unfit = [line for line in message if line.startswith(runtime_check.MARKER)]
-                    if unfit and self._on_fatal is not None and not self._fatal:
-                        self._fatal = True
-                        self._on_fatal(f"TaskExecutor container {container.yarn_container_id}: "
-                                       f"{unfit[-1]}")
+                    if state == "FAILED":
+                        unfit = await asyncio.to_thread(
+                            unfit_diagnostic, container.yarn_node_http_address,
+                            container.yarn_container_id)
+                        if unfit:
+                            detail = f": {unfit}"
+                            self._fail_fatally(f"TaskExecutor container "
+                                               f"{container.yarn_container_id}: {unfit}")
                     self._end(worker, f"container {container.yarn_container_id or container.id} "
                                       f"{state}{detail}")
+
+    def _fail_fatally(self, diagnostic: str) -> None:
+        if self._on_fatal is not None and not self._fatal:
+            self._fatal = True
+            self._on_fatal(diagnostic)
 
     def _end(self, worker: _Worker, cause: str) -> None:
         worker.ended = True
