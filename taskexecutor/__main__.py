@@ -80,8 +80,9 @@ async def serve(args: argparse.Namespace, conf: Configuration, scratch: ProcessS
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, executor.stop)
-            log.info("TaskExecutor %s serving on %s (data %s), %d slots", args.resource_id,
-                     address, environment.data_address, executor.config.num_slots)
+            log.info("TaskExecutor %s serving on %s (data %s), %d slots, python %s",
+                     args.resource_id, address, environment.data_address,
+                     executor.config.num_slots, sys.executable)
             await executor.run()
         finally:
             environment.close()
