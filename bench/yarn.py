@@ -15,7 +15,8 @@
 
 Baselines, interleaved with the per-job runs so they see the same noise:
 - the skein smoke application of integration/smoke.py (a bare skein application whose
-  master runs a tiny Python script), from `skein.Client()` to FINISHED; `deploy` starts
+  master runs a tiny shell script: a file written to HDFS and read back with curl), from
+  `skein.Client()` to FINISHED; `deploy` starts
   its own skein driver too, so both figures start before a driver exists. Its
   `smoke.run` part alone (submit to FINISHED) is reported beside it. `smoke.run` polls
   the application every 250 ms, this script every 50 ms: the smoke's figure may be up

@@ -1,5 +1,7 @@
-"""The skein smoke application: a YARN application whose master runs a Python script
-that writes a file to HDFS. It proves the local Hadoop, skein and HDFS work together.
+"""The skein smoke application: a bare YARN application whose master runs a shell
+script that writes a file to HDFS and reads it back. It proves the local Hadoop, skein
+and HDFS work together, on any node: the script needs nothing of the client's (an
+isolated node sees neither the repository nor its venv), only sh and curl.
 
 usage: python integration/smoke.py     (with the environment of `integration/cluster env`)
 """
@@ -7,8 +9,10 @@ usage: python integration/smoke.py     (with the environment of `integration/clu
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -20,8 +24,12 @@ TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
 def application_spec(args: list[str], name: str = "flinkyarn-smoke") -> skein.ApplicationSpec:
-    """One master container running smoke_app.py with this interpreter (the local venv)."""
-    script = " ".join([sys.executable, "smoke_app.py", *(_quote(a) for a in args)])
+    """One master container running smoke_app.sh. `args`: [HDFS_URL, TEXT] (the URL
+    given to the script as the WebHDFS URL of the client's Hadoop configuration) or
+    ["--fail", MESSAGE]."""
+    if args and args[0] != "--fail":
+        args = [webhdfs_url(args[0]), *args[1:]]
+    script = " ".join(["sh", "smoke_app.sh", *(shlex.quote(a) for a in args)])
     return skein.ApplicationSpec(
         name=name,
         queue="default",
@@ -29,15 +37,18 @@ def application_spec(args: list[str], name: str = "flinkyarn-smoke") -> skein.Ap
         max_attempts=1,
         master=skein.Master(
             resources=skein.Resources(memory="256 MiB", vcores=1),
-            files={"smoke_app.py": str(HERE / "smoke_app.py")},
+            files={"smoke_app.sh": str(HERE / "smoke_app.sh")},
             script=script,
         ),
     )
 
 
-def _quote(arg: str) -> str:
-    import shlex
-    return shlex.quote(arg)
+def webhdfs_url(url: str) -> str:
+    """http://NAMENODE:PORT/webhdfs/v1/PATH for an hdfs:// URL ($HADOOP_CONF_DIR)."""
+    from flinkyarn import hadoop
+
+    host, port = hadoop.namenode_web_address()
+    return f"http://{host}:{port}/webhdfs/v1{urllib.parse.quote(hadoop.hdfs_path(url))}"
 
 
 def rm_app(rm_web: str, app_id: str) -> dict:
