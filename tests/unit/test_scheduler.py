@@ -128,17 +128,21 @@ def test_two_subtasks_of_one_vertex_never_share_a_slot():
 
 # ---- eager scheduling -----------------------------------------------------------------------
 
-def test_eager_deploys_every_subtask_once_its_slot_is_assigned():
+def test_eager_deploys_a_pipelined_region_only_once_all_its_slots_are_assigned():
     c, commands = started([vertex("a", 2), vertex("b", 2)],
-                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])  # one region
     assert of(commands, DeployTask) == []
 
     first = c.s.slot_assigned("default/0", SlotInfo(AllocationID("x"), ResourceID("te"), 3,
                                                      "te:1"), 1.0)
-    assert [(d.descriptor.vertex_id, d.descriptor.subtask_index) for d in first] == [
-        ("a", 0), ("b", 0)]
-    assert c.state(ev("a", 1)) is S.SCHEDULED
-    deploy_b = first[1]
+
+    assert first == []  # b#0 would wait for a#1, whose TaskExecutor may still be starting
+    assert all(c.state(v.id) is S.SCHEDULED for v in c.s.execution_graph.execution_vertices())
+    second = c.s.slot_assigned("default/1", SlotInfo(AllocationID("y"), ResourceID("te2"), 0,
+                                                      "te2:1"), 2.0)
+    assert [(d.descriptor.vertex_id, d.descriptor.subtask_index) for d in second] == [
+        ("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    deploy_b = second[2]
     assert deploy_b.task_executor_address == "te:1"
     d = deploy_b.descriptor
     assert (d.job_id, d.vertex_name, d.parallelism, d.attempt_number) == ("job", "B", 2, 0)
@@ -146,9 +150,50 @@ def test_eager_deploys_every_subtask_once_its_slot_is_assigned():
     assert [(p.producer_vertex_id, p.producer_subtask_index) for p in d.consumed_partitions] \
         == [("a", 0), ("a", 1)]
     assert c.s.execution_graph.execution(d.attempt_id).state is S.DEPLOYING
-
-    c.assign([RequestSlot("default/1", UNKNOWN)])
     assert all(c.state(v.id) is S.DEPLOYING for v in c.s.execution_graph.execution_vertices())
+
+
+def test_a_two_subtask_region_deploys_nothing_until_its_second_slot_then_both_producer_first():
+    c, commands = started([vertex("a", 1, group=None), vertex("b", 1, group=None),
+                           vertex("x", 1, group=None)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    assert {r.request_id for r in of(commands, RequestSlot)} == {"a#0", "b#0", "x#0"}
+
+    assert c.assign([RequestSlot("b#0", UNKNOWN)]) == []
+    assert c.state(ev("a", 0)) is S.SCHEDULED and c.state(ev("b", 0)) is S.SCHEDULED
+    # another region does not wait for this one's slots
+    assert [d.descriptor.vertex_id for d in c.assign([RequestSlot("x#0", UNKNOWN)])] == ["x"]
+    out = c.assign([RequestSlot("a#0", UNKNOWN)])
+
+    assert [(d.descriptor.vertex_id, d.descriptor.allocation_id) for d in out] == [
+        ("a", "alloc-2"), ("b", "alloc-0")]
+
+
+def test_a_slot_lost_while_its_region_waits_is_requested_again_and_nothing_fails():
+    c, commands = started([vertex("a", 1, group=None), vertex("b", 1, group=None)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    c.assign([RequestSlot("a#0", UNKNOWN)])
+
+    out = c.s.slot_lost("a#0", "TaskExecutor te-0 lost", 1.0)
+
+    assert out == [RequestSlot("a#0", UNKNOWN)]
+    assert c.state(ev("a", 0)) is S.SCHEDULED and c.s.job_status is JobStatus.RUNNING
+    assert c.assign([RequestSlot("b#0", UNKNOWN)]) == []
+    assert [d.descriptor.vertex_id for d in c.assign([RequestSlot("a#0", UNKNOWN)])] == [
+        "a", "b"]
+
+
+def test_a_failed_slot_request_fails_its_waiting_region_and_gives_back_the_slot_it_held():
+    c, commands = started([vertex("a", 1, group=None), vertex("b", 1, group=None)],
+                          [JobEdge(JobVertexID("a"), JobVertexID("b"))])
+    c.assign([RequestSlot("a#0", UNKNOWN)])
+
+    out = c.s.slot_request_failed("b#0", "no TaskExecutor fits 64 cpu", 2.0)
+
+    assert c.state(ev("b", 0)) is S.FAILED and c.state(ev("a", 0)) is S.CANCELED
+    assert of(out, DeployTask) == [] and of(out, CancelTask) == []
+    assert out == [ReleaseSlot("a#0"), JobTerminated(JobStatus.FAILED, c.s.failure_cause)]
+    assert "B (1/1)" in c.s.failure_cause
 
 
 def test_job_finishes_when_every_task_finished_and_gives_back_every_slot():
@@ -212,6 +257,25 @@ def test_lazy_requests_slots_for_a_consumer_region_in_another_group_when_it_is_r
     assert out[-1] == ReleaseSlot("default/0")
     c.assign(out)
     assert c.state(ev("b", 0)) is S.DEPLOYING and c.state(ev("c", 0)) is S.DEPLOYING
+
+
+def test_lazy_consumer_region_deploys_once_all_its_slots_are_there_held_ones_included():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING),
+             JobEdge(JobVertexID("b"), JobVertexID("c"))]  # region {b#0, b#1, c#0, c#1}
+    c, commands = started([vertex("a", 1), vertex("b", 2), vertex("c", 2)], edges, mode=LAZY)
+    assert commands == [RequestSlot("default/0", UNKNOWN)]
+    c.assign(commands)
+
+    out = c.finish(ev("a", 0))
+
+    # default/0, asked for by a's region, is still held for b#0 and c#0: they wait for
+    # default/1 all the same
+    assert out == [RequestSlot("default/1", UNKNOWN)]
+    assert c.state(ev("b", 0)) is S.SCHEDULED and c.state(ev("c", 0)) is S.SCHEDULED
+    deployed = c.assign(out)
+    assert [(d.descriptor.vertex_id, d.descriptor.subtask_index, d.descriptor.allocation_id)
+            for d in deployed] == [("b", 0, "alloc-0"), ("b", 1, "alloc-1"),
+                                   ("c", 0, "alloc-0"), ("c", 1, "alloc-1")]
 
 
 def test_lazy_schedules_regions_without_blocking_inputs_at_once():
@@ -610,6 +674,26 @@ def test_a_restarted_task_deploys_into_the_shared_slot_its_group_still_holds():
     [deploy] = of(redeployed, DeployTask)
     assert deploy.descriptor.allocation_id == c.slots["default/0"].allocation_id
     assert c.attempt(ev("a", 0)).attempt_number == 0
+
+
+def test_a_restarted_region_waits_for_all_its_slots_again_a_held_one_counting():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING),
+             JobEdge(JobVertexID("b"), JobVertexID("c"))]  # regions {a#0}, {b#0, c#0}
+    c, _ = restartable([vertex("a", 1), vertex("b", 1), vertex("c", 1, group=None)], edges,
+                       mode=EAGER, failover="region")
+    c.report(ev("a", 0), S.RUNNING)  # keeps default/0, which b#0 shares
+
+    out = c.report(ev("c", 0), S.FAILED, "boom")
+    assert ReleaseSlot("c#0") in out
+    c.report(ev("b", 0), S.CANCELED)
+    [schedule] = of(out, ScheduleRestart)
+    redeployed = c.s.restart_due(schedule.token, 10.0)
+
+    assert redeployed == [RequestSlot("c#0", UNKNOWN)]  # b#0's slot is held: not enough
+    assert c.state(ev("b", 0)) is S.SCHEDULED
+    deployed = c.assign(redeployed)
+    assert [(d.descriptor.vertex_id, d.descriptor.attempt_number, d.descriptor.allocation_id)
+            for d in deployed] == [("b", 1, "alloc-0"), ("c", 1, "alloc-2")]
 
 
 def test_a_partition_read_failure_reruns_the_producer_first():

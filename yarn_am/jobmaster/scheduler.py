@@ -16,11 +16,30 @@ any of them is unknown. A shared slot lives through
     UNREQUESTED -> PENDING (RequestSlot) -> ALLOCATED (slot_assigned) -> RELEASED
     PENDING -> RELEASED (request failed, or CancelSlotRequest)
     ALLOCATED -> RELEASED (ReleaseSlot once all its subtasks are terminal, or slot lost)
-    RELEASED -> PENDING (a subtask of it not yet run is scheduled after a slot loss)
+    RELEASED -> PENDING (a subtask of it not yet run is scheduled after a slot loss, or
+                         the slot was lost while a subtask of it waited to be deployed)
 
 and stays ALLOCATED while any of its subtasks is not terminal, so with lazy scheduling
 a consumer is deployed straight into the slot its producer finished in. Slot events
 name requests by id; an id the scheduler never issued raises KeyError (a caller bug).
+
+Deployment is per pipelined region, in bulk (Flink's DefaultScheduler waits for all
+slots of what it schedules before deploying any of it): a subtask goes
+
+    CREATED -> SCHEDULED (its region is scheduled: every region at start() with EAGER;
+                          with LAZY_FROM_SOURCES once its blocking inputs are complete;
+                          after a restart as at start; missing shared slots requested)
+    SCHEDULED -> DEPLOYING (DeployTask) only together with every other SCHEDULED
+                          subtask of its region, once all their shared slots are
+                          ALLOCATED (whichever region asked for a slot; a slot still
+                          held counts), in topological order, producers first
+    SCHEDULED -> FAILED   (the request of its own slot failed: one failure, as below;
+                          the failover cancels the rest of its region with it)
+    SCHEDULED -> CANCELED (cancelled before deployment: at once)
+
+so the consumers of a pipelined region never run while a producer of it waits for a
+TaskExecutor that is still starting. A slot lost while subtasks of it wait leaves them
+SCHEDULED and is requested again; their region waits for it like for the others.
 
 Failures and restarts. A task failure is a FAILED report (also a failed deployment,
 which the JobMaster reports as FAILED), a lost slot with tasks deployed in it, or a
@@ -39,7 +58,8 @@ failure. For each failure, while the job is RUNNING:
        subtasks get new attempts (reset_for_new_execution: new attempt id, attempt
        number + 1), and are scheduled as at start: EAGER at once, LAZY region by region
        once their blocking inputs are complete again. Their shared slots are requested
-       again if they were released meanwhile.
+       again if they were released meanwhile, and a restarted region is deployed only
+       once all of them are allocated again (slots still held count at once).
 
 The job stays RUNNING through restarts (JobStatus.RESTARTING is not used: the pending
 restarts are this Scheduler's state, see pending_restarts). A later failure whose set
@@ -233,6 +253,11 @@ class Scheduler:
         self._regions = execution_graph.pipelined_regions()
         self._region_index = {evid: n for n, region in enumerate(self._regions)
                               for evid in region}
+        self._region_order = [sorted(region, key=self._order.__getitem__)
+                              for region in self._regions]
+        self._region_slots = [list(dict.fromkeys(self._slot_of[evid] for evid in order))
+                              for order in self._region_order]
+        self._region_cursor = [0] * len(self._regions)  # see _region_waits_for_a_slot
         self._region_inputs = [self._blocking_inputs(region) for region in self._regions]
         self._scheduled_regions: set[int] = set()
         self._pending: dict[int, _PendingRestart] = {}
@@ -255,16 +280,18 @@ class Scheduler:
 
     def slot_assigned(self, request_id: SlotRequestId, slot: SlotInfo,
                       now: float) -> list[Command]:
-        """The SlotPool fulfilled a RequestSlot: deploy the subtasks waiting for it.
-        A slot for a request no longer wanted is given straight back (ReleaseSlot)."""
+        """The SlotPool fulfilled a RequestSlot: deploy the regions of the subtasks
+        waiting for it whose other slots are all allocated too (nothing while one is
+        missing). A slot for a request no longer wanted is given straight back
+        (ReleaseSlot)."""
         shared = self._slots[request_id]
         if shared.state is _SlotState.ALLOCATED:
             raise ValueError(f"slot request {request_id} was already fulfilled")
         if shared.state is not _SlotState.PENDING:
             return [ReleaseSlot(request_id)]
         shared.state, shared.slot = _SlotState.ALLOCATED, slot
-        return [self._deploy(self._graph.vertex(m), slot, now) for m in shared.members
-                if self._graph.vertex(m).state is _S.SCHEDULED]
+        return self._deploy_ready_regions(
+            [m for m in shared.members if self._graph.vertex(m).state is _S.SCHEDULED], now)
 
     def slot_request_failed(self, request_id: SlotRequestId, cause: str,
                             now: float) -> list[Command]:
@@ -278,8 +305,10 @@ class Scheduler:
 
     def slot_lost(self, request_id: SlotRequestId, cause: str, now: float) -> list[Command]:
         """An allocated slot is gone (TaskExecutor lost, slot taken back): the subtasks
-        deployed in it fail (one failure). Its subtasks not yet scheduled will ask for a
-        new slot. Outputs of finished subtasks lost with their TaskExecutor are
+        deployed in it fail (one failure). Its subtasks waiting for the rest of their
+        region's slots (SCHEDULED, not failed over by that failure) stay waiting, and
+        the slot is requested again at once; its subtasks not yet scheduled will ask for
+        it when they are. Outputs of finished subtasks lost with their TaskExecutor are
         task_executor_lost's business: call it first."""
         shared = self._slots[request_id]
         if shared.state is not _SlotState.ALLOCATED:
@@ -287,7 +316,12 @@ class Scheduler:
         shared.state, shared.slot = _SlotState.RELEASED, None
         deployed = [m for m in shared.members
                     if self._graph.vertex(m).state in _ON_TASK_EXECUTOR | {_S.CANCELING}]
-        return self._fail_tasks(deployed, f"slot {request_id} lost: {cause}", now)
+        commands = self._fail_tasks(deployed, f"slot {request_id} lost: {cause}", now)
+        if shared.state is _SlotState.RELEASED and any(
+                self._graph.vertex(m).state is _S.SCHEDULED for m in shared.members):
+            shared.state = _SlotState.PENDING
+            commands.append(RequestSlot(shared.request_id, shared.profile))
+        return commands
 
     def task_state_changed(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
                            error: str | None, now: float) -> list[Command]:
@@ -443,19 +477,48 @@ class Scheduler:
                    and p.producer not in self._restart_owner for p in result.partitions)
 
     def _schedule(self, evids: list[ExecutionVertexID], now: float) -> list[Command]:
-        """CREATED -> SCHEDULED; request missing slots, deploy into slots already held."""
+        """CREATED -> SCHEDULED for whole regions; request their missing slots, deploy
+        the regions whose slots are all held already."""
         commands: list[Command] = []
         for evid in evids:
             self._graph.vertex(evid).current_execution.transition(_S.SCHEDULED, now)
         for evid in evids:
             shared = self._slot_of[evid]
-            if shared.state is _SlotState.ALLOCATED:
-                assert shared.slot is not None
-                commands.append(self._deploy(self._graph.vertex(evid), shared.slot, now))
-            elif shared.state is not _SlotState.PENDING:
+            if shared.state in (_SlotState.UNREQUESTED, _SlotState.RELEASED):
                 shared.state = _SlotState.PENDING
                 commands.append(RequestSlot(shared.request_id, shared.profile))
+        return commands + self._deploy_ready_regions(evids, now)
+
+    def _deploy_ready_regions(self, evids: Iterable[ExecutionVertexID],
+                              now: float) -> list[Command]:
+        """Deploy, all at once, the SCHEDULED subtasks of each region of `evids` whose
+        SCHEDULED subtasks all have an ALLOCATED shared slot; topological order."""
+        ready: list[ExecutionVertexID] = []
+        for index in sorted({self._region_index[evid] for evid in evids}):
+            if not self._region_waits_for_a_slot(index):
+                ready += [evid for evid in self._region_order[index]
+                          if self._graph.vertex(evid).state is _S.SCHEDULED]
+        commands: list[Command] = []
+        for evid in sorted(ready, key=self._order.__getitem__):
+            slot = self._slot_of[evid].slot
+            assert slot is not None
+            commands.append(self._deploy(self._graph.vertex(evid), slot, now))
         return commands
+
+    def _region_waits_for_a_slot(self, index: int) -> bool:
+        """A SCHEDULED subtask of region `index` has no ALLOCATED shared slot. Exact; the
+        scan starts at the slot that held the region up last time, so that the n slots
+        of a region arriving one by one cost O(n) in all rather than O(n^2)."""
+        slots, region = self._region_slots[index], self._regions[index]
+        start = self._region_cursor[index]
+        for k in range(len(slots)):
+            shared = slots[(start + k) % len(slots)]
+            if shared.state is not _SlotState.ALLOCATED and any(
+                    m in region and self._graph.vertex(m).state is _S.SCHEDULED
+                    for m in shared.members):
+                self._region_cursor[index] = (start + k) % len(slots)
+                return True
+        return False
 
     def _deploy(self, vertex: ExecutionVertex, slot: SlotInfo, now: float) -> DeployTask:
         execution = vertex.current_execution
