@@ -26,6 +26,7 @@ from yarn_client.executors import ClusterExecutor
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
 from yarn_client.programs import GraphCapture, ProgramAborted, pyspark_job_graph, run_program
 from yarn_client.rest_client import RestError
+from yarn_client import shipping
 from yarn_client.shipping import ShippingError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
 from yarn_client.yarn_executors import PerJobExecutor, SessionExecutor
@@ -194,6 +195,11 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
         raise click.BadParameter(f"no such file: {program}", param_hint="PROGRAM")
     shipped = python_properties((), python_archives, python_executable, py_files, files)
     conf = load_configuration((*properties, *shipped))
+    program_path = python_files(conf)
+    try:
+        shipping.check_python_options(conf)
+    except ShippingError as error:
+        raise click.UsageError(str(error)) from None
     target = target or default_target()
     try:
         if target == "local":
@@ -218,7 +224,7 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
         if pyspark:
             executor.execute(pyspark_job_graph(program, args))
         else:
-            run_program(program, args, executor, python_files(conf))
+            run_program(program, args, executor, program_path)
     except KeyboardInterrupt:
         click.echo("interrupted: cancelling and stopping what was started", err=True)
         executor.cancel_running()

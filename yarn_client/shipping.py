@@ -132,10 +132,10 @@ class Staging:
             start = time.monotonic()
             local = build(Path(folder))
             size = local.stat().st_size
-            self.say(f"  {what}: packed {size / 2**20:.0f} MiB in {time.monotonic() - start:.1f} s; "
-                     f"uploading once to {self.uri(self.cache)}/ ...")
-            start = time.monotonic()
             target = f"{self.cache}/{cached}"
+            self.say(f"  {what}: packed {size / 2**20:.0f} MiB in {time.monotonic() - start:.1f} s; "
+                     f"uploading once to {self.uri(target)} ...")
+            start = time.monotonic()
             self.upload(local, target)
             self.say(f"  {what}: uploaded in {time.monotonic() - start:.1f} s")
         return Localized(name, self.uri(target), "archive", "private", size)
@@ -147,13 +147,25 @@ class Staging:
         response = self.fs._call("CREATE", "put", partial, redirect=False, overwrite="false",
                                  permission=mode)
         location = self.fs._apply_proxy(response.headers["Location"])
-        with open(local, "rb") as data:
-            put = self.fs.session.put(location, data=_Progress(data, local.stat().st_size, self.say),
-                                      headers={"content-type": "application/octet-stream"})
-        put.raise_for_status()
+        try:
+            with open(local, "rb") as data:
+                put = self.fs.session.put(
+                    location, data=_Progress(data, local.stat().st_size, self.say),
+                    headers={"content-type": "application/octet-stream"})
+            put.raise_for_status()
+        except BaseException:
+            self.remove_quietly(partial)
+            raise
         renamed = self.fs._call("RENAME", "put", partial, destination=target).json()
         if not renamed.get("boolean"):
             self.fs.rm(partial)
+
+    def remove_quietly(self, path: str) -> None:
+        """Best effort, on the way out of a failure that is the one to report."""
+        try:
+            self.fs.rm(path, recursive=True)
+        except Exception:
+            pass
 
     def write_private(self, path: str, data: bytes) -> None:
         with tempfile.NamedTemporaryFile(prefix="flinkyarn-") as local:
@@ -299,6 +311,7 @@ def urlparse_path(path: str) -> str:
 def ship(conf: Configuration, staging: Staging) -> Shipment:
     """Makes sure the environment and the code are on the cluster's filesystem and says
     what to localize; the user's own archives (python.archives) are uploaded per content."""
+    check_python_options(conf)
     shipment = Shipment()
     prefix = environment_prefix()
     digest = environment_digest(site_packages(prefix))
@@ -322,11 +335,15 @@ def ship(conf: Configuration, staging: Staging) -> Shipment:
     executable = conf.get(options.PYTHON_EXECUTABLE)
     if executable:
         shipment.python = executable if executable.startswith("/") else f"./{executable}"
-    elif conf.get(options.PYTHON_ARCHIVES):
-        raise ShippingError(f"{options.PYTHON_ARCHIVES.key} is set but "
-                            f"{options.PYTHON_EXECUTABLE.key} is not: name the interpreter inside "
-                            f"the archive, e.g. -pyexec venv.tar.gz/bin/python")
     return shipment
+
+
+def check_python_options(conf: Configuration) -> None:
+    """What can be said of python.archives and python.executable before anything is done."""
+    if conf.get(options.PYTHON_ARCHIVES) and not conf.get(options.PYTHON_EXECUTABLE):
+        raise ShippingError(f"{options.PYTHON_ARCHIVES.key} (-pyarch) is set but "
+                            f"{options.PYTHON_EXECUTABLE.key} (-pyexec) is not: name the "
+                            f"interpreter inside the archive, e.g. -pyexec NAME/bin/python")
 
 
 def _user_archive(staging: Staging, path: str, name: str) -> Localized:

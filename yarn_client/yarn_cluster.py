@@ -156,24 +156,29 @@ class YarnClusterDescriptor:
 
         containers = self._containers()
         check_request(self.yarn.queue, containers)
+        extras = self._ship_files()
         use_flinkyarn_jar()
         staging = shipping.Staging(self.conf, self._say)
         self._say("shipping to the cluster:")
-        shipment = shipping.ship(self.conf, staging)
         work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
+        credentials, app_id = None, None
         try:
-            cluster_id = new_id()
-            ClusterSecurity.generate(work / "security")
-            credentials = f"{staging.root}/clusters/{cluster_id}"
-            staging.private_folder(credentials)
-            for name in FILES:
-                staging.upload(work / "security" / name, f"{credentials}/{name}")
+            try:
+                shipment = shipping.ship(self.conf, staging)
+                ClusterSecurity.generate(work / "security")
+                credentials = f"{staging.root}/clusters/{new_id()}"
+                staging.private_folder(credentials)
+                for name in FILES:
+                    staging.upload(work / "security" / name, f"{credentials}/{name}")
+            except OSError as error:  # WebHDFS: refused, unreachable, permission denied
+                raise YarnDeploymentError(
+                    f"cannot ship to {staging.uri(staging.root)}: {error}") from None
             # Localized from the staging folder, readable by this user only: nothing
             # else carries the cluster's keys.
             files = {name: shipping.Localized(name, staging.uri(f"{credentials}/{name}")).skein_file()
                      for name in FILES}
             files.update({name: f.skein_file() for name, f in shipment.files.items()})
-            for extra in self._ship_files():
+            for extra in extras:
                 files[extra.name] = str(extra.resolve())
             master_files = dict(files)
             if graph is not None:
@@ -207,6 +212,8 @@ class YarnClusterDescriptor:
             (target / "cluster.json").write_text(json.dumps(info))
         finally:
             shutil.rmtree(work, ignore_errors=True)
+            if credentials is not None and app_id is None:  # nothing was submitted
+                staging.remove_quietly(credentials)
         return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security")),
                           dashboard, phases)
 

@@ -6,6 +6,7 @@ each other by the hosts YARN put them on, and leave nothing behind."""
 from __future__ import annotations
 
 import collections
+import getpass
 import json
 import os
 import re
@@ -222,3 +223,62 @@ def test_another_user_cannot_read_the_credentials(nodes):
     finally:
         stopped = flinkyarn("session", "stop", app_id)
     assert stopped.returncode == 0, stopped.stderr
+
+
+def _hello(tmp_path: Path) -> Path:
+    program = tmp_path / "hello.py"
+    program.write_text("from flinkyarn.job import JobBuilder\n"
+                       "job = JobBuilder('hello')\n"
+                       "job.add_vertex('hello', lambda ctx: print('hello'), parallelism=1)\n"
+                       "job.execute()\n")
+    return program
+
+
+def _cached_archives(stderr: str) -> dict[str, str]:
+    """What a submit says it found cached: {'environment': uri, 'flinkyarn code': uri}."""
+    found = dict(re.findall(r"^\s+(Python environment|flinkyarn code)\S*.*?: cached, nothing to "
+                            r"upload \((\S+)\)", stderr, re.M))
+    return {("environment" if k.startswith("Python") else k): v for k, v in found.items()}
+
+
+def test_a_prepared_archive_runs_the_task_executors(nodes, tmp_path):
+    program = _hello(tmp_path)
+    first = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, str(program))
+    assert first.returncode == 0, first.stderr[-3000:]
+    environment = re.search(r"(hdfs://\S+/environment-\w+\.tar)", first.stderr).group(1)
+
+    result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG,
+                       "-pyarch", f"{environment}#prepared", "-pyexec", "prepared/bin/python",
+                       str(program))
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    [app] = [a for a in yarn_cluster.flinkyarn_applications(states=("FINISHED",), tag=TAG)
+             if a["id"] in result.stderr]
+    logs = application_logs(app["id"], "TaskExecutor taskexecutor-")
+    [python] = re.findall(r"slots, python (\S+)", logs)
+    assert python.endswith("/prepared/bin/python"), python
+
+
+def test_archives_in_provided_lib_dirs_are_not_uploaded(nodes, tmp_path):
+    program = _hello(tmp_path)
+    seeded = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, str(program))
+    assert seeded.returncode == 0, seeded.stderr[-3000:]
+    cache = re.search(r"(hdfs://\S+/cache)/environment-", seeded.stderr).group(1)
+    provided = f"/tmp/flinkyarn-tests/provided-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["hdfs", "dfs", "-mkdir", "-p", provided], check=True)
+    subprocess.run(["hdfs", "dfs", "-cp", f"{cache}/environment-*.tar",
+                    f"{cache}/flinkyarn-code-*.tar.gz", provided], check=True)
+    staging = f"/user/{getpass.getuser()}/.flinkyarn-test-{uuid.uuid4().hex[:8]}"
+
+    result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG,
+                       "-D", f"yarn.staging-directory={staging}",
+                       "-D", f"yarn.provided.lib.dirs=hdfs://{provided}", str(program))
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "uploading" not in result.stderr, result.stderr
+    found = _cached_archives(result.stderr)
+    assert set(found) == {"environment", "flinkyarn code"}
+    assert all(provided in uri for uri in found.values()), found
+    listing = subprocess.run(["hdfs", "dfs", "-ls", "-R", staging], capture_output=True, text=True)
+    assert "/cache/" not in listing.stdout, listing.stdout
+    subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", "-skipTrash", provided, staging], check=False)
