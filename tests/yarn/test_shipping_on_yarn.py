@@ -282,3 +282,36 @@ def test_archives_in_provided_lib_dirs_are_not_uploaded(nodes, tmp_path):
     listing = subprocess.run(["hdfs", "dfs", "-ls", "-R", staging], capture_output=True, text=True)
     assert "/cache/" not in listing.stdout, listing.stdout
     subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", "-skipTrash", provided, staging], check=False)
+
+
+def test_py_files_and_files_reach_every_container(nodes, tmp_path):
+    """A module of --py-files (not beside the program, so pickled by reference) imports
+    in the TaskExecutor as on the client; a --files file is in the container's folder."""
+    library = tmp_path / "lib"
+    library.mkdir()
+    (library / "greeting.py").write_text("def word():\n    return 'shipped'\n")
+    (tmp_path / "motto.txt").write_text("nothing but what YARN ships\n")
+    out = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
+    program = tmp_path / "program" / "uses_files.py"
+    program.parent.mkdir()
+    program.write_text(
+        "import sys, greeting\n"
+        "from flinkyarn.job import JobBuilder\n"
+        "from flinkyarn.connectors.filesystems import resolve\n"
+        "target = sys.argv[1]\n"
+        "def work(ctx):\n"
+        "    fs, path = resolve(target)\n"
+        "    with fs.open_output_stream(path) as out:\n"
+        "        out.write((greeting.word() + ' ' + open('motto.txt').read()).encode())\n"
+        "job = JobBuilder('uses files')\n"
+        "job.add_vertex('work', work, parallelism=1)\n"
+        "job.execute()\n")
+
+    result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG,
+                       "--py-files", str(library), "--files", str(tmp_path / "motto.txt"),
+                       str(program), f"{out}/result.txt")
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = subprocess.run(["hdfs", "dfs", "-cat", f"{out}/result.txt"], capture_output=True,
+                             text=True, check=True).stdout
+    assert written == "shipped nothing but what YARN ships\n"
