@@ -237,7 +237,12 @@ class YarnClusterDescriptor:
               cleanup: str = ""):
         import skein
 
-        properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in self.conf.raw().items())
+        # Where a process binds and what it advertises is the host YARN put it on: the
+        # client's values for these keys mean nothing there.
+        placed = {options.JOB_MANAGER_RPC_ADDRESS.key, options.REST_ADDRESS.key,
+                  options.TASK_MANAGER_HOST.key}
+        properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in self.conf.raw().items()
+                              if k not in placed)
         python_path = shipping.container_python_path(shipment, self.conf)
         versions = shipping.client_versions()
         name = self.yarn.name or self.conf.get(options.YARN_APPLICATION_NAME) or (

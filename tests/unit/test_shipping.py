@@ -155,3 +155,20 @@ def test_an_environment_of_another_python_fails_naming_both(tmp_path):
         assert "python " in line and f"on the client" in line
     else:
         assert "cannot run" in line and "version = 3.99.0" in line
+
+
+def test_containers_bind_the_host_yarn_put_them_on_whatever_the_client_says():
+    from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
+
+    conf = Configuration({"taskmanager.host": "127.0.0.1", "jobmanager.rpc.address": "edge",
+                          "rest.address": "edge", "heartbeat.timeout": "20 s"})
+    descriptor = YarnClusterDescriptor(conf, YarnOptions())
+    shipment = shipping.Shipment(python="./environment/bin/python",
+                                 runtime_python="./environment/bin/python",
+                                 python_path=["$PWD/flinkyarn-code"])
+    spec = descriptor._spec("session", None, {}, {}, shipment, descriptor._containers())
+    master, worker = spec.master.script, spec.services["taskexecutor"].script
+    assert "-D taskmanager.host=$NM_HOST" in worker and "127.0.0.1" not in worker
+    assert "-D jobmanager.rpc.address=$NM_HOST" in master and "edge" not in master
+    assert "-D rest.address=$NM_HOST" in master
+    assert "heartbeat.timeout=20 s" in worker and "heartbeat.timeout=20 s" in master
