@@ -11,7 +11,6 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 from flinkyarn import Pipeline
 from flinkyarn.connectors.filesystems import resolve
 from flinkyarn.gateways.dispatcher import JobDetails
+from tests.local import jobs
 from tests.local.conftest import wait_for
 from tests.local.jobs import (N, FailOnce, SlowOnSubtaskZero, always_fails, slow_numbers,
                               summing_pipeline)
@@ -35,12 +35,14 @@ TOTAL = N * (N + 1) // 2
 @dataclass
 class Target:
     """A running cluster: its REST API, how to find a TaskExecutor's process (on this
-    machine), where jobs write (a folder or an hdfs:// URL) and a local scratch folder."""
+    machine), where jobs write (a folder or an hdfs:// URL) and a scratch folder that
+    the test and every task reach (a local folder for local processes, an hdfs:// URL on
+    YARN, whose containers see none of the client's files)."""
 
     rest: RestClient
     pid_of: Callable[[str], int]
     outputs: str
-    scratch: Path
+    scratch: str
 
     def output(self, name: str) -> str:
         return f"{self.outputs.rstrip('/')}/{name}-{uuid.uuid4().hex[:8]}"
@@ -110,7 +112,7 @@ def failure_in_one_of_two_regions_restarts_only_that_region(target: Target) -> N
     p.from_generator(slow_numbers, name="left source").map(lambda b: b, name="left") \
         .write_parquet(left)
     p.from_generator(slow_numbers, name="right source") \
-        .map(FailOnce(str(target.scratch / f"failed-once-{uuid.uuid4().hex}")), name="right") \
+        .map(FailOnce(jobs.join(target.scratch, f"failed-once-{uuid.uuid4().hex}")), name="right") \
         .write_parquet(right)
 
     details = target.result(target.submit(p))
@@ -131,13 +133,13 @@ def lost_blocking_partition_reruns_its_producer(target: Target, exchange: str,
     runs again; producer 1's result, on the surviving TaskExecutor, is read again, not
     recomputed. Consumer 1 runs again only behind a non-deterministic exchange
     (rebalance), whose re-run producer may send it different records."""
-    folder = target.scratch / f"pids-{uuid.uuid4().hex[:8]}"
-    folder.mkdir()
+    folder = jobs.join(target.scratch, f"pids-{uuid.uuid4().hex[:8]}")
+    jobs.make_folder(folder)
     out = target.output("lost")
     p = Pipeline("lost partition", parallelism=2, batch_mode=True, configuration=REGION)
     numbers = p.from_generator(slow_numbers, name="numbers")
     exchanged = numbers.key_by("k") if exchange == "key_by" else numbers.rebalance()
-    exchanged.transform(SlowOnSubtaskZero(str(folder)), name="consume").write_parquet(out)
+    exchanged.transform(SlowOnSubtaskZero(folder), name="consume").write_parquet(out)
     job_id = target.submit(p)
 
     def consumers():
@@ -145,7 +147,7 @@ def lost_blocking_partition_reruns_its_producer(target: Target, exchange: str,
         return vertex.state_counts
     wait_for(lambda: consumers().get("FINISHED") == 1 and consumers().get("RUNNING") == 1,
              180, "consumer 1 finished while consumer 0 reads")
-    os.kill(int((folder / "pid-0").read_text()), signal.SIGKILL)  # its first attempt's
+    os.kill(int(jobs.read_text(jobs.join(folder, "pid-0"))), signal.SIGKILL)  # its first attempt's
     details = target.result(job_id)
 
     assert details.status == "FINISHED", details.failure_cause

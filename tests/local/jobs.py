@@ -1,42 +1,88 @@
 """Task functions and pipelines for the tests that run on clusters (local and YARN).
 Task functions coordinate with the test through files in a folder: `started-*` /
-`finished-*` / `stopped-*` markers, and a `go` file they wait for. The local conftest
-registers this module for pickling by value, so TaskExecutors need not import the
-tests."""
+`finished-*` / `stopped-*` markers, and a `go` file they wait for. The folder is a local
+path for a local cluster and an `hdfs://` URL on YARN, where a container sees none of
+the client's files and HDFS is what the client and every node share; the helpers below
+take either. The local conftest registers this module for pickling by value, so
+TaskExecutors need not import the tests."""
 
 from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from flinkyarn import Pipeline
+from flinkyarn.connectors.filesystems import resolve
 from flinkyarn.pipeline.operator import Operator
 from taskexecutor.task import TaskCancelled
 
-
-def mark(folder: Path, what: str, ctx) -> None:
-    (folder / f"{what}-{ctx.vertex_name}-{ctx.subtask_index}-{ctx.attempt_number}").touch()
+# ------------------------------------------------ files in a local folder or on HDFS
 
 
-def quick(folder: Path):
+def join(folder: str | os.PathLike, name: str) -> str:
+    return f"{os.fspath(folder).rstrip('/')}/{name}"
+
+
+def make_folder(folder: str | os.PathLike) -> None:
+    filesystem, path = resolve(folder)
+    filesystem.create_dir(path, recursive=True)
+
+
+def exists(path: str | os.PathLike) -> bool:
+    filesystem, local = resolve(path)
+    return filesystem.get_file_info(local).type != pafs.FileType.NotFound
+
+
+def write_text(path: str | os.PathLike, text: str = "") -> None:
+    filesystem, local = resolve(path)
+    with filesystem.open_output_stream(local) as out:
+        out.write(text.encode())
+
+
+def read_text(path: str | os.PathLike) -> str:
+    filesystem, local = resolve(path)
+    with filesystem.open_input_stream(local) as data:
+        return data.read().decode()
+
+
+def go(folder: str | os.PathLike) -> None:
+    """Tells the folder's wait_for_go tasks to finish."""
+    write_text(join(folder, "go"))
+
+
+def markers(folder: str | os.PathLike, what: str) -> set[str]:
+    filesystem, path = resolve(folder)
+    names = (f.base_name for f in filesystem.get_file_info(pafs.FileSelector(path)))
+    return {name[len(what) + 1:] for name in names if name.startswith(f"{what}-")}
+
+
+# ------------------------------------------------------------------- task functions
+
+
+def mark(folder: str | os.PathLike, what: str, ctx) -> None:
+    write_text(join(folder, f"{what}-{ctx.vertex_name}-{ctx.subtask_index}-{ctx.attempt_number}"))
+
+
+def quick(folder: str | os.PathLike):
     def run(ctx):
         mark(folder, "finished", ctx)
     return run
 
 
-def wait_for_go(folder: Path, limit: float = 120.0):
+def wait_for_go(folder: str | os.PathLike, limit: float = 120.0):
     """Runs until the test creates `go` (then finishes) or the task is cancelled."""
     def run(ctx):
         mark(folder, "started", ctx)
+        filesystem, go_file = resolve(join(folder, "go"))
         waited = 0.0
         try:
-            while not (folder / "go").exists():
-                ctx.sleep(0.05)
-                waited += 0.05
+            while filesystem.get_file_info(go_file).type == pafs.FileType.NotFound:
+                ctx.sleep(0.1)
+                waited += 0.1
                 if waited > limit:
                     raise TimeoutError("the test never said go")
         except TaskCancelled:
@@ -50,10 +96,6 @@ def failing(message: str):
     def run(ctx):
         raise ValueError(message)
     return run
-
-
-def markers(folder: Path, what: str) -> set[str]:
-    return {p.name[len(what) + 1:] for p in folder.glob(f"{what}-*")}
 
 
 N = 20_000
@@ -82,22 +124,24 @@ def always_fails(batch):
 
 
 class FailOnce:
-    """A map that fails the first time any attempt calls it (a marker file remembers;
-    all TaskExecutors are on this machine), then passes batches on."""
+    """A map that fails the first time any attempt calls it, then passes batches on. A
+    marker file remembers, at a path every TaskExecutor reaches (a local path for a
+    local cluster, an hdfs:// URL on YARN)."""
 
     def __init__(self, marker: str):
         self.marker = marker
 
     def __call__(self, batch):
-        if not os.path.exists(self.marker):
-            open(self.marker, "w").close()
+        if not exists(self.marker):
+            write_text(self.marker)
             raise RuntimeError("transient failure")
         return batch
 
 
 class SlowOnSubtaskZero(Operator):
     """Passes batches on; subtask 0 writes its TaskExecutor's pid to `folder`/pid-ATTEMPT
-    and dawdles, so a test can kill it in the middle while subtask 1 runs ahead."""
+    (a local folder or an hdfs:// URL) and dawdles, so a test can kill it in the middle
+    while subtask 1 runs ahead."""
 
     name = "consume"
 
@@ -107,8 +151,7 @@ class SlowOnSubtaskZero(Operator):
     def open(self, context):
         super().open(context)
         if context.subtask_index == 0:
-            with open(os.path.join(self.folder, f"pid-{context.attempt_number}"), "w") as f:
-                f.write(str(os.getpid()))
+            write_text(join(self.folder, f"pid-{context.attempt_number}"), str(os.getpid()))
 
     def process(self, batch, input_index):
         if self.context.subtask_index == 0:

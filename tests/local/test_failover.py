@@ -26,7 +26,7 @@ def target(tmp_path):
     def on(cluster) -> scenarios.Target:
         (tmp_path / "out").mkdir(exist_ok=True)
         return scenarios.Target(cluster.rest, task_executor_process,
-                                str(tmp_path / "out"), tmp_path)
+                                str(tmp_path / "out"), str(tmp_path))
     return on
 
 

@@ -12,7 +12,6 @@ import html
 import signal
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -39,8 +38,10 @@ def containers(app_id: str) -> list:
 
 
 @contextlib.contextmanager
-def session(scratch: Path, name: str, **overrides: str):
-    """A YARN session with test-sized heartbeats, as a scenario Target; stopped after."""
+def session(name: str, **overrides: str):
+    """A YARN session with test-sized heartbeats, as a scenario Target; stopped after.
+    Jobs write, and tasks and the test share scratch files, on HDFS: the containers see
+    none of the client's files."""
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
                                          **overrides})
     deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(f"{TAG}-failover",), name=name)) \
@@ -48,7 +49,7 @@ def session(scratch: Path, name: str, **overrides: str):
     outputs = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
     try:
         yield deployment, scenarios.Target(deployment.rest, task_executor_process,
-                                           outputs, scratch)
+                                           outputs, f"{outputs}/scratch")
     finally:
         result = flinkyarn("session", "stop", deployment.app_id)
     assert result.returncode == 0, result.stderr
@@ -57,11 +58,11 @@ def session(scratch: Path, name: str, **overrides: str):
 
 
 @pytest.fixture(scope="module")
-def one_slot_session(hadoop, tmp_path_factory):
+def one_slot_session(hadoop):
     """(deployment, Target) of a session shared by the module's scenarios. One slot per
     TaskExecutor container, so a job of parallelism 2 spans two."""
-    with session(tmp_path_factory.mktemp("failover"), "failover scenarios",
-                 **{"taskmanager.numberOfTaskSlots": "1"}) as (deployment, target):
+    with session("failover scenarios", **{"taskmanager.numberOfTaskSlots": "1"}) \
+            as (deployment, target):
         yield deployment, target
 
 
@@ -70,11 +71,11 @@ def target(one_slot_session) -> scenarios.Target:
     return one_slot_session[1]
 
 
-def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact(tmp_path):
+def test_killed_task_executor_container_is_replaced_and_the_sum_stays_exact(hadoop):
     # A heartbeat timeout far longer than the job, and no heartbeat.rpc-failure-threshold:
     # only YARN's report of the container's end can explain a quick recovery. Two slots:
     # the replacement is a new container.
-    with session(tmp_path, "failover test", **{"heartbeat.timeout": "120 s",
+    with session("failover test", **{"heartbeat.timeout": "120 s",
                                                "heartbeat.rpc-failure-threshold": "-1",
                                                "taskmanager.numberOfTaskSlots": "2"}) \
             as (deployment, target):
@@ -127,18 +128,21 @@ def test_a_lost_blocking_partition_reruns_its_producer(target, exchange, determi
 
 
 FAILS_ONCE = """
-import os, sys
+import sys
 import pyarrow as pa
+import pyarrow.fs as pafs
 from flinkyarn import Pipeline
+from flinkyarn.connectors.filesystems import resolve
 
-marker = sys.argv[1]
+marker = sys.argv[1]  # an hdfs:// URL: the TaskExecutors' containers see it
 
 def numbers(subtask, parallelism):
     yield pa.record_batch([pa.array([1, 2, 3])], names=["n"])
 
 def fail_once(batch):
-    if not os.path.exists(marker):
-        open(marker, "w").close()
+    filesystem, path = resolve(marker)
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        filesystem.open_output_stream(path).close()
         raise RuntimeError("transient failure")
     return batch
 
@@ -155,7 +159,7 @@ def test_run_into_a_session_gives_the_jobs_its_restart_settings(one_slot_session
 
     def run(name, *properties):
         return flinkyarn("run", "-t", "yarn-session", "--application-id", deployment.app_id,
-                         *properties, str(program), str(tmp_path / f"{name}.marker"),
+                         *properties, str(program), target.output(f"{name}.marker"),
                          target.output(name))
 
     plain = run("plain")  # the session's own configuration: no restarts

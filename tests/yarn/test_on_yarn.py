@@ -17,6 +17,7 @@ import pytest
 import local_hadoop
 from flinkyarn.configuration import Configuration
 from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.hadoop import site_properties
 from flinkyarn.job import JobBuilder
 from tests import browser
 from tests.local import jobs
@@ -49,6 +50,17 @@ def flinkyarn(*args, timeout=600):
 
 def our_applications(states=("FINISHED", "FAILED", "KILLED", "RUNNING", "ACCEPTED")):
     return yarn_cluster.flinkyarn_applications(states=states, tag=TAG)
+
+
+@pytest.fixture
+def shared_folder(hadoop) -> str:
+    """A new folder on HDFS, which the test and every container reach (none of them sees
+    the client's tmp_path), removed after the test."""
+    url = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
+    jobs.make_folder(url)
+    yield url
+    filesystem, path = resolve(url)
+    filesystem.delete_dir(path)
 
 
 def upload(local: Path, hdfs_url: str) -> None:
@@ -114,7 +126,9 @@ def test_requests_yarn_can_never_satisfy_are_refused_at_submit():
                         "examples/two_stage_job.py")
     assert too_big.returncode == 1
     assert "taskmanager.memory.process.size" in too_big.stderr
-    assert "more than the 8192 MiB YARN allows" in too_big.stderr
+    # The cluster's maximum allocation, as configured: it depends on the node count.
+    allowed = site_properties("yarn-site.xml")["yarn.scheduler.maximum-allocation-mb"]
+    assert f"more than the {allowed} MiB YARN allows" in too_big.stderr
     bad_queue = flinkyarn("run", "--tags", tag, "--queue", "no-such-queue", "examples/two_stage_job.py")
     assert bad_queue.returncode == 1
     assert "unknown YARN queue 'no-such-queue'" in bad_queue.stderr
@@ -134,13 +148,13 @@ def running_containers(app_id: str) -> int:
         return len(client.connect(app_id).get_containers(["taskexecutor"], ["RUNNING"]))
 
 
-def waiting_job(name: str, folder: Path, parallelism: int):
+def waiting_job(name: str, folder: str, parallelism: int):
     job = JobBuilder(name)
     job.add_vertex(name, jobs.wait_for_go(folder), parallelism=parallelism)
     return job.build()
 
 
-def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(tmp_path):
+def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(shared_folder):
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
                                          "resourcemanager.taskmanager-timeout": "4 s",
                                          "taskmanager.numberOfTaskSlots": "2"})
@@ -148,19 +162,17 @@ def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(
     rest, app_id = deployment.rest, deployment.app_id
     try:
         assert yarn_cluster.application_report(app_id)["state"] == "RUNNING"
-        first, second = tmp_path / "first", tmp_path / "second"
-        first.mkdir(), second.mkdir()
+        first, second = jobs.join(shared_folder, "first"), jobs.join(shared_folder, "second")
         a = rest.submit(waiting_job("first", first, 2))
         b = rest.submit(waiting_job("second", second, 2))
         wait_for(lambda: all(sum(v.state_counts.get("RUNNING", 0) for v in rest.job(j).vertices) == 2
                              for j in (a, b)), 180, "two jobs running at once")
         assert running_containers(app_id) == 2  # two TaskExecutors of two slots
-        (first / "go").touch(), (second / "go").touch()
+        jobs.go(first), jobs.go(second)
         wait_for(lambda: {rest.job(j).status for j in (a, b)} == {"FINISHED"}, 60, "both finished")
 
-        third = tmp_path / "third"
-        third.mkdir()
-        (third / "go").touch()
+        third = jobs.join(shared_folder, "third")
+        jobs.go(third)
         c = rest.submit(waiting_job("third", third, 1))
         wait_for(lambda: rest.job(c).status == "FINISHED", 120, "the third job")
         # Idle TaskExecutors go after resourcemanager.taskmanager-timeout; so do their containers.
@@ -174,14 +186,12 @@ def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(
     assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
 
 
-def test_tracking_url_leads_through_the_proxy_to_the_dashboard(tmp_path):
+def test_tracking_url_leads_through_the_proxy_to_the_dashboard(shared_folder):
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s"})
     deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,), name="dashboard test")) \
         .deploy("session")
     try:
-        folder = tmp_path / "m"
-        folder.mkdir()
-        job_id = deployment.rest.submit(waiting_job("shown on the dashboard", folder, 1))
+        job_id = deployment.rest.submit(waiting_job("shown on the dashboard", shared_folder, 1))
         wait_for(lambda: deployment.rest.job(job_id).vertices[0].state_counts.get("RUNNING") == 1,
                  120, "the task running in a TaskExecutor container")
         tracking = yarn_cluster.application_report(deployment.app_id)["trackingUrl"]
@@ -199,7 +209,7 @@ def test_tracking_url_leads_through_the_proxy_to_the_dashboard(tmp_path):
         cancelled = flinkyarn("cancel", deployment.app_id, job_id)
         assert cancelled.returncode == 0, cancelled.stderr
         wait_for(lambda: deployment.rest.job(job_id).status == "CANCELED", 60, "the job canceled")
-        assert jobs.markers(folder, "stopped") == {"shown on the dashboard-0-0"}
+        assert jobs.markers(shared_folder, "stopped") == {"shown on the dashboard-0-0"}
         logs = flinkyarn("logs", deployment.app_id, "--job", job_id)
         assert logs.returncode == 0, logs.stderr
         assert f"job {job_id} CANCELED" in logs.stdout
