@@ -513,6 +513,10 @@ def daemon_env(layout: Layout, conf: Path | None = None) -> dict[str, str]:
     return env
 
 
+# Where an isolated node's start stages the folders it keeps, in its own namespace only.
+STAGE = "/mnt"
+
+
 def client_paths() -> tuple[Path, ...]:
     """What only the client has, hidden inside an isolated node: the repository (with
     its .venv) and the user's flinkyarn and skein state."""
@@ -524,27 +528,31 @@ def isolation_script(layout: Layout, node: Node, hidden: Iterable[Path]) -> str:
     """The shell prelude that turns a fresh private mount namespace into the node's view
     of the machine, then execs the NodeManager (`"$0" "$@"`), keeping the pid.
 
-    An empty tmpfs covers each hidden path. What the node needs and a hidden path would
-    cover (the jars, the shared configuration and commands, the node's own folder) is
-    first bound onto a staging tmpfs at /tmp, then moved back to its place inside the
-    cover. Last, the node's own folder `tmp` is bound over /tmp. Everything else
-    (the JDK, the base Python interpreter, the rest of the home folder) stays visible.
+    What the node needs (the jars, the shared configuration and commands, the node's own
+    folder) and the node's /tmp are first bound onto a staging tmpfs at STAGE (outside
+    /tmp, which is about to change). The node's /tmp is bound over /tmp; an empty tmpfs
+    covers each hidden path (made first if the new /tmp no longer has it: a checkout
+    under /tmp); each kept folder is moved back to its place. Everything else (the JDK,
+    the base Python interpreter, the rest of the home folder) stays visible.
     """
     import shlex
     hidden = sorted({Path(h) for h in hidden})
     wanted = sorted({layout.cache, layout.conf, layout.bin, layout.resources, node.root})
-    covered = [k for k in wanted if any(k == h or h in k.parents for h in hidden)]
+    tmp = Path("/tmp")
+    covered = [k for k in wanted if any(k == h or h in k.parents for h in (*hidden, tmp))]
     # A folder inside another kept folder comes back with it.
     keep = [k for k in covered if not any(other in k.parents for other in covered)]
     q = lambda path: shlex.quote(str(path))  # noqa: E731
-    lines = ["set -e", "mount -t tmpfs -o mode=700 flinkyarn-stage /tmp"]
+    lines = ["set -e", f"mkdir -p {STAGE}", f"mount -t tmpfs -o mode=700 flinkyarn-stage {STAGE}",
+             f"mkdir {STAGE}/tmp && mount --bind {q(node.tmp)} {STAGE}/tmp"]
     for i, path in enumerate(keep):
-        lines.append(f"mkdir /tmp/{i} && mount --bind {q(path)} /tmp/{i}")
+        lines.append(f"mkdir {STAGE}/{i} && mount --bind {q(path)} {STAGE}/{i}")
+    lines.append(f"mount --move {STAGE}/tmp /tmp")
     for path in hidden:
-        lines.append(f"mount -t tmpfs -o mode=755 flinkyarn-hidden {q(path)}")
+        lines.append(f"mkdir -p {q(path)} && mount -t tmpfs -o mode=755 flinkyarn-hidden {q(path)}")
     for i, path in enumerate(keep):
-        lines.append(f"mkdir -p {q(path)} && mount --move /tmp/{i} {q(path)}")
-    lines += ["umount /tmp", f"mount --bind {q(node.tmp)} /tmp", 'exec "$0" "$@"']
+        lines.append(f"mkdir -p {q(path)} && mount --move {STAGE}/{i} {q(path)}")
+    lines += [f"umount {STAGE}", 'exec "$0" "$@"']
     return "\n".join(lines) + "\n"
 
 
@@ -554,11 +562,6 @@ def _check_isolation_possible(layout: Layout) -> None:
                            "mount namespace (unshare -m)")
     if shutil.which("unshare") is None:
         raise ClusterError("several nodes need `unshare` (Debian package: util-linux)")
-    tmp = Path("/tmp")
-    for path in (layout.cache, layout.work):
-        if path == tmp or tmp in path.parents:
-            raise ClusterError(f"several nodes cannot use {path}: each node sees its own "
-                               f"/tmp; set FLINKYARN_HADOOP_CACHE/WORK outside /tmp")
 
 
 def _java_command(layout: Layout, name: str, heap: int, main_class: str,

@@ -178,17 +178,21 @@ def test_isolation_hides_the_client_and_brings_back_what_the_node_needs(tmp_path
     hidden = [repo, tmp_path / "home" / ".flinkyarn"]
     lines = local_hadoop.isolation_script(layout, node, hidden).splitlines()
 
-    assert lines[:2] == ["set -e", "mount -t tmpfs -o mode=700 flinkyarn-stage /tmp"]
+    stage = local_hadoop.STAGE
+    assert lines[:3] == ["set -e", f"mkdir -p {stage}", f"mount -t tmpfs -o mode=700 flinkyarn-stage {stage}"]
+    assert lines[3] == f"mkdir {stage}/tmp && mount --bind {node.tmp} {stage}/tmp"
+    new_tmp = lines.index(f"mount --move {stage}/tmp /tmp")
     covers = [i for i, line in enumerate(lines) if "flinkyarn-hidden" in line]
+    assert new_tmp < covers[0], "a checkout under /tmp is hidden by the node's /tmp first"
     assert [lines[i].split()[-1] for i in covers] == sorted(str(h) for h in hidden)
-    binds = [line for line in lines[:covers[0]] if "mount --bind" in line]
+    binds = [line for line in lines[4:new_tmp] if "mount --bind" in line]
     moves = [line for line in lines[covers[-1]:] if "mount --move" in line]
     kept = [layout.cache, layout.bin, layout.conf, node.root, layout.resources]
     assert sorted(b.split()[-2] for b in binds) == sorted(str(k) for k in kept)
     assert sorted(m.split()[-1] for m in moves) == sorted(str(k) for k in kept)
     # Not the other nodes' folders, nor the data or logs of the shared daemons.
     assert str(layout.data) not in "\n".join(lines)
-    assert lines[-3:] == ["umount /tmp", f"mount --bind {node.tmp} /tmp", 'exec "$0" "$@"']
+    assert lines[-2:] == [f"umount {stage}", 'exec "$0" "$@"']
 
 
 def fake_daemon(layout, name):
