@@ -5,7 +5,8 @@ skein has no option for either, and both are constants in its Java driver:
 - every application gets the type `skein`; admins filter the YARN UI by type;
 - the ApplicationMaster is started as `java -Xmx128M ...`; on JDK 17 its web UI (the
   page YARN's tracking URL opens) fails, because its template engine reflects into
-  java.util, which JDK 17 opens only when asked (`--add-opens`).
+  java.util, which JDK 17 opens only when asked (`--add-opens`); and it writes its
+  hsperfdata file into the node's /tmp (`-XX:-UsePerfData` turns that off).
 So we derive a copy of skein's jar whose driver has those two strings rewritten in its
 constant pool (Utf8 constants: tag 1, a two-byte length, the bytes; nothing in a class
 file refers to constant-pool byte offsets, so changing a length is safe). Nothing else
@@ -23,14 +24,16 @@ from pathlib import Path
 
 APPLICATION_TYPE = "flinkyarn"
 _AM_JAVA = "/bin/java -Xmx128M "
-_AM_JAVA_17 = ("/bin/java -Xmx128M --add-opens=java.base/java.util=ALL-UNNAMED "
+# -XX:-UsePerfData: the JVM's hsperfdata file goes to /tmp whatever java.io.tmpdir says,
+# which is outside the container's folders and left behind by a killed AppMaster.
+_AM_JAVA_17 = ("/bin/java -Xmx128M -XX:-UsePerfData --add-opens=java.base/java.util=ALL-UNNAMED "
                "--add-opens=java.base/java.lang=ALL-UNNAMED ")
 # class file -> the string constants rewritten in it
 _PATCHES = {
     "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_AM_JAVA, _AM_JAVA_17)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
-_EDITION = "flinkyarn2"  # bump when _PATCHES change, so cached copies are rebuilt
+_EDITION = "flinkyarn3"  # bump when _PATCHES change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:
