@@ -126,7 +126,8 @@ class Dispatcher(RpcEndpoint):
                    for r in scheduler.restart_records()]
         return JobDetails(overview.job_id, overview.name, overview.status, overview.start_time,
                           overview.end_time, cause, vertices, scheduler.restarts,
-                          scheduler.root_cause, history)
+                          scheduler.root_cause, history,
+                          record.job_master.config.restart_strategy.attempt_limit)
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
         executors = [TaskExecutorView(record.resource_id, record.address,

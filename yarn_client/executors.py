@@ -11,7 +11,7 @@ import msgspec
 
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
-from flinkyarn.gateways.dispatcher import JobDetails
+from flinkyarn.gateways.dispatcher import JobDetails, RestartView
 from flinkyarn.jobgraph import JobGraph
 from yarn_client.local_cluster import LocalCluster
 from yarn_client.rest_client import RestClient
@@ -27,16 +27,33 @@ def describe(details: JobDetails) -> str:
     return f"{details.status}: " + "; ".join(parts)
 
 
+def describe_restart(restart: RestartView, limit: int | None) -> str:
+    """One line: which task failed (or which TaskExecutor was lost), the root cause's
+    first line, how many tasks restart, and the attempt against the strategy's limit."""
+    cause = (restart.cause.strip().splitlines() or ["unknown cause"])[0]
+    attempt = f"attempt {restart.number} of {limit}" if limit else f"attempt {restart.number}"
+    if not cause.startswith(restart.failed_task):
+        cause = f"{restart.failed_task} failed: {cause}"
+    return f"restart ({attempt}): {cause}; {len(restart.restarted)} task(s) restart"
+
+
 def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float = 0.2,
            on_change: Callable[[JobDetails], None] | None = None) -> JobDetails:
-    """Polls the job until it is terminal, printing each change of its vertices' states."""
-    last = ""
+    """Polls the job until it is terminal, printing each change of its vertices' states
+    and each restart, as it happens."""
+    last, shown = "", 0  # the number of the last restart printed (the history is capped)
     start = time.monotonic()
     while True:
         details = rest.job(job_id)
+        stamp = f"[{time.monotonic() - start:6.1f} s] job {job_id[:8]}"
+        for restart in details.restart_history:
+            if restart.number > shown:
+                print(f"{stamp} {describe_restart(restart, details.restart_limit)}", file=out,
+                      flush=True)
+                shown = restart.number
         line = describe(details)
         if line != last:
-            print(f"[{time.monotonic() - start:6.1f} s] job {job_id[:8]} {line}", file=out, flush=True)
+            print(f"{stamp} {line}", file=out, flush=True)
             last = line
             if on_change:
                 on_change(details)

@@ -65,6 +65,7 @@ class JobDetails(msgspec.Struct, frozen=True):
     restarts: int = 0
     root_cause: str | None = None
     restart_history: list[RestartView] = []
+    restart_limit: int | None = None  # restarts the job's strategy allows in all, if it says
 
 
 class SlotView(msgspec.Struct, frozen=True):

@@ -94,3 +94,22 @@ def test_ctrl_c_cancels_and_leaves_nothing_running(tmp_path):
     assert process.returncode == 1, err
     assert "interrupted" in err
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_an_attached_client_prints_each_restart_as_it_happens(tmp_path):
+    program = tmp_path / "fails_once.py"
+    program.write_text("from flinkyarn.job import JobBuilder\n"
+                       "def work(ctx):\n"
+                       "    if ctx.attempt_number == 0:\n"
+                       "        raise ValueError('first attempt fails on purpose')\n"
+                       "job = JobBuilder('fails once')\n"
+                       "job.add_vertex('work', work, parallelism=1)\n"
+                       "job.execute()\n")
+    result = run_cli("run", "-t", "local", *FAST, "-D", "restart-strategy.type=fixed-delay",
+                     "-D", "restart-strategy.fixed-delay.attempts=2",
+                     "-D", "restart-strategy.fixed-delay.delay=100 ms", str(program),
+                     tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "restart (" in line]
+    assert line.endswith("restart (attempt 1 of 2): work (1/1) failed: ValueError: first "
+                         "attempt fails on purpose (in task work (1/1) #0); 1 task(s) restart")

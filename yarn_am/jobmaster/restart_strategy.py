@@ -193,6 +193,11 @@ class RestartStrategyConfig:
     failure_rate_interval: float = 60.0
     failure_rate_delay: float = 1.0
 
+    @property
+    def attempt_limit(self) -> int | None:
+        """How many restarts a job may have in all, where the strategy says (fixed-delay)."""
+        return self.fixed_delay_attempts if self.type == "fixed-delay" else None
+
     def __post_init__(self) -> None:
         if self.type not in ("none", "fixed-delay", "exponential-delay", "failure-rate"):
             raise ConfigurationError(f"option {options.RESTART_STRATEGY.key!r}: unknown "
