@@ -301,11 +301,7 @@ def client_versions() -> str:
 def _archive_name(spec: str) -> tuple[str, str]:
     """`path#name` -> (path, name); the name defaults to the file name."""
     path, _, name = spec.partition("#")
-    return path, name or Path(urlparse_path(path)).name
-
-
-def urlparse_path(path: str) -> str:
-    return path.split("://", 1)[1].split("/", 1)[1] if "://" in path else path
+    return path, name or Path(path).name
 
 
 def ship(conf: Configuration, staging: Staging) -> Shipment:
@@ -313,6 +309,13 @@ def ship(conf: Configuration, staging: Staging) -> Shipment:
     what to localize; the user's own archives (python.archives) are uploaded per content."""
     check_python_options(conf)
     shipment = Shipment()
+    # The user's archives first: a wrong one is named before a gigabyte is packed.
+    for spec in (a.strip() for a in conf.get(options.PYTHON_ARCHIVES).split(",") if a.strip()):
+        path, name = _archive_name(spec)
+        if name in shipment.files or name in (ENVIRONMENT_DIR, CODE_DIR):
+            raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: the name {name!r} is taken; "
+                                f"give the archive another with {path}#NAME")
+        shipment.files[name] = _user_archive(staging, path, name)
     prefix = environment_prefix()
     digest = environment_digest(site_packages(prefix))
     env_name = f"environment-{digest}.tar"
@@ -325,13 +328,6 @@ def ship(conf: Configuration, staging: Staging) -> Shipment:
     runtime = f"./{ENVIRONMENT_DIR}/bin/python"
     shipment.runtime_python = shipment.python = runtime
     shipment.python_path = [f"$PWD/{CODE_DIR}"]
-
-    for spec in (a.strip() for a in conf.get(options.PYTHON_ARCHIVES).split(",") if a.strip()):
-        path, name = _archive_name(spec)
-        if name in shipment.files:
-            raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: the name {name!r} is taken; "
-                                f"give the archive another with {path}#NAME")
-        shipment.files[name] = _user_archive(staging, path, name)
     executable = conf.get(options.PYTHON_EXECUTABLE)
     if executable:
         shipment.python = executable if executable.startswith("/") else f"./{executable}"
