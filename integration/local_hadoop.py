@@ -288,6 +288,9 @@ def node_properties(node: Node, count: int) -> dict[str, object]:
         "yarn.nodemanager.log-dirs": node.log_dirs,
         "yarn.nodemanager.resource.memory-mb": memory,
         "yarn.nodemanager.resource.cpu-vcores": nm_vcores(),
+        # The localizer is a JVM the NodeManager starts per application; without this its
+        # hsperfdata folder lands in the node's /tmp, which the tests keep clean.
+        "yarn.nodemanager.container-localizer.java.opts": "-Xmx256m -XX:-UsePerfData",
     }
 
 
