@@ -69,3 +69,47 @@ def hdfs_path(url: str) -> str:
     if parsed.scheme != "hdfs":
         raise ValueError(f"not an hdfs:// URL: {url!r}")
     return parsed.path or "/"
+
+
+# ------------------------------------------------------- the ResourceManager's REST API
+
+
+def rm_web_address(directory: Path | None = None) -> str:
+    """http://host:port of the ResourceManager's web services."""
+    properties = site_properties("yarn-site.xml", directory)
+    address = properties.get("yarn.resourcemanager.webapp.address")
+    if not address:
+        address = f"{properties.get('yarn.resourcemanager.hostname', 'localhost')}:8088"
+    return f"http://{address}"
+
+
+def rm_request(path: str, method: str = "GET", body: dict | None = None,
+               timeout: float = 10.0) -> dict:
+    """A call of the ResourceManager's REST API as this process's user (simple
+    authentication: `user.name`); its JSON answer. Raises OSError (unreachable, or an
+    HTTP error: urllib.error.HTTPError) and ValueError (not JSON)."""
+    import getpass
+    import json
+    import urllib.request
+
+    user = os.environ.get("HADOOP_USER_NAME") or os.environ.get("USER") or getpass.getuser()
+    separator = "&" if "?" in path else "?"
+    request = urllib.request.Request(
+        f"{rm_web_address()}{path}{separator}user.name={user}", method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=timeout) as response:
+        data = response.read()
+    return json.loads(data) if data else {}
+
+
+def applications_tagged(tag: str) -> list[dict]:
+    """The YARN applications that carry `tag` (YARN keeps tags in lower case)."""
+    found = rm_request(f"/ws/v1/cluster/apps?applicationTags={tag.lower()}")
+    return (found.get("apps") or {}).get("app") or []
+
+
+def kill_application(app_id: str) -> None:
+    """Asks the ResourceManager to kill `app_id` (nothing happens to an ended one)."""
+    rm_request(f"/ws/v1/cluster/apps/{app_id}/state", "PUT", {"state": "KILLED"})

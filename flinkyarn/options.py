@@ -176,6 +176,23 @@ PYTHON_FILES = option(
     "python.files", STRING, "",
     "Comma-separated Python files, folders, .zip or .egg files put on the PYTHONPATH of the program and of every container (--py-files, -pyfs).")
 
+# PySpark scripts (flinkyarn run --pyspark)
+PYSPARK_MASTER = option(
+    "pyspark.master", STRING, "",
+    "Where a PySpark script's Spark runs: yarn (executors in YARN containers of the same queue), local (local[slot cores] inside the slot), or any Spark master URL; empty: yarn on a YARN target, local on the local target.")
+PYSPARK_SHOW_SPARK_LOGS = option(
+    "pyspark.show-spark-logs", BOOL, "false",
+    "Show the Spark driver's own log (WARN and above, as spark-submit does) on the client's terminal; otherwise it goes to spark-<job>.log in the TaskExecutor's logs.")
+PYSPARK_PYTHON_ARCHIVE = option(
+    "pyspark.yarn.python-archive", STRING, "",
+    "The archive (hdfs://...#NAME) Spark's executors on YARN unpack for their Python; empty: the TaskExecutors' own environment (the client fills it in).")
+PYSPARK_PYTHON = option(
+    "pyspark.yarn.python", STRING, "",
+    "The interpreter of Spark's executors on YARN, inside pyspark.yarn.python-archive (./NAME/bin/python); empty: the TaskExecutors' own (the client fills it in).")
+TASK_CANCELLATION_TIMEOUT = option(
+    "task.cancellation.timeout", DURATION, "30 s",
+    "How long a cancelled task may take to stop what it started (a PySpark driver and its Spark application) before it is killed.")
+
 # Fault tolerance
 FAILOVER_STRATEGY = option(
     "jobmanager.execution.failover-strategy", choice("full", "region", "restart-individual"), "region",

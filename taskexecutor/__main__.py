@@ -46,7 +46,7 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
         network=NetworkConfig(conf.get(options.SUBPARTITION_MAX_BUFFERED_BYTES),
                               conf.get(options.PARTITION_REQUEST_TIMEOUT),
                               conf.get(options.PIPELINE_BATCH_SIZE)),
-        data_server=server)
+        data_server=server, conf=conf)
 
 
 def resource_manager_address(argument: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flinkyarn.configuration import Configuration
     from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
     from taskexecutor.spark_bridge import SparkSessionProvider
@@ -31,6 +32,7 @@ class TaskEnvironment:
     tmp_dir: Path
     network: NetworkConfig
     data_server: "DataServer | None" = None
+    conf: "Configuration | None" = None   # the TaskExecutor's (PySpark drivers read it)
 
     def close(self) -> None:
         """Stops Spark, the data server and the client pool; drops every partition."""

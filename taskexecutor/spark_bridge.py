@@ -31,12 +31,11 @@ YARN container Spark itself prefers the container's LOCAL_DIRS to spark.local.di
 removes those with the application. JVM options from spark-defaults.conf (in
 SPARK_CONF_DIR) come first in spark.driver.extraJavaOptions, ours after them, so ours win.
 
-Active session. `make_active(session)` (defined in flinkyarn.pipeline.spark_stage, so
-that PySparkScript needs nothing from this package) makes the session both PySpark's default session
-(what `SparkSession.builder.getOrCreate()` returns from any thread) and the calling
-thread's active one; the provider calls it when it starts the session. Builder options
-a script passes to `getOrCreate()` are then applied to the shared session (runtime SQL
-settings only, as PySpark does for any existing session).
+Active session. `make_active(session)` (defined in flinkyarn.pipeline.spark_stage)
+makes the session both PySpark's default session (what `SparkSession.builder.getOrCreate()`
+returns from any thread) and the calling thread's active one; the provider calls it when
+it starts the session. (Whole PySpark scripts do not use this session: each runs as its
+own driver process, taskexecutor/pyspark_driver.py.)
 """
 
 from __future__ import annotations
@@ -209,11 +208,7 @@ class SparkSessionProvider:
         with self._lock:
             session, self._session = self._session, None
         if session is not None:
-            from pyspark.sql import SparkSession
-            # A running PySparkScript replaces `SparkSession.stop` with a wrapper that
-            # ignores the script's stop(); this one is meant, so call the original.
-            stop = SparkSession.stop
-            getattr(stop, "__wrapped__", stop)(session)
+            session.stop()
 
     def _start(self) -> SparkSession:
         from pyspark.sql import SparkSession

@@ -50,9 +50,17 @@ class StreamOperatorContext:
         self.task_name = task.task_name
         self.batch_size = task.environment.network.batch_size
         self.tmp_dir = tmp_dir
+        self.attempt_id = task.deployment.attempt_id
+        self.environment = task.environment
 
     def is_cancelled(self) -> bool:
         return self._task.is_cancelled()
+
+    def on_cancel(self, hook) -> None:
+        self._task.on_cancel(hook)
+
+    def report_output(self, chunks, spark_application=None, spark_tracking_url=None) -> None:
+        self._task.report_output(chunks, spark_application, spark_tracking_url)
 
     def spark(self):
         return self._task.environment.spark.get()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import cloudpickle
 
-from flinkyarn.gateways.job_master import PartitionLocation, TaskState
+from flinkyarn.gateways.job_master import OutputChunk, PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
 
 if TYPE_CHECKING:
@@ -33,12 +33,15 @@ class TaskCancelled(Exception):
 
 class TaskContext:
     """What a running subtask knows about itself, and what it may use of its
-    TaskExecutor: the environment (data plane, Spark) and `locate`, which asks the
-    JobMaster where a producer partition is served (blocking; any thread)."""
+    TaskExecutor: the environment (data plane, Spark), `locate`, which asks the
+    JobMaster where a producer partition is served, and `report_output`, which sends
+    it what the task printed (both blocking; any thread)."""
 
     def __init__(self, deployment: TaskDeploymentDescriptor, cancelled: threading.Event,
                  environment: "TaskEnvironment | None" = None,
-                 locate: Callable[[str, int], PartitionLocation] | None = None) -> None:
+                 locate: Callable[[str, int], PartitionLocation] | None = None,
+                 report_output: Callable[[list[OutputChunk], str | None, str | None], None]
+                 | None = None) -> None:
         self.deployment = deployment
         self.job_id = deployment.job_id
         self.vertex_name = deployment.vertex_name
@@ -48,6 +51,7 @@ class TaskContext:
         self.task_name = f"{deployment.vertex_name} ({deployment.subtask_index + 1}/{deployment.parallelism})"
         self.environment = environment
         self.locate = locate
+        self._report_output = report_output
         self._cancelled = cancelled
         self._cancel_hooks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -70,6 +74,12 @@ class TaskContext:
             except Exception:  # a hook must not stop the others
                 pass
 
+    def report_output(self, chunks: list[OutputChunk], spark_application: str | None = None,
+                      spark_tracking_url: str | None = None) -> None:
+        """Sends what the task printed to its JobMaster; returns once it has it."""
+        if self._report_output is not None:
+            self._report_output(chunks, spark_application, spark_tracking_url)
+
     def is_cancelled(self) -> bool:
         return self._cancelled.is_set()
 
@@ -87,12 +97,15 @@ class Task:
     def __init__(self, deployment: TaskDeploymentDescriptor,
                  report: Callable[["Task", TaskState, str | None], None],
                  environment: "TaskEnvironment | None" = None,
-                 locate: Callable[[str, int], PartitionLocation] | None = None) -> None:
+                 locate: Callable[[str, int], PartitionLocation] | None = None,
+                 report_output: Callable[[list[OutputChunk], str | None, str | None], None]
+                 | None = None) -> None:
         self.deployment = deployment
         self.attempt_id = deployment.attempt_id
         self._report = report
         self._cancelled = threading.Event()
-        self.context = TaskContext(deployment, self._cancelled, environment, locate)
+        self.context = TaskContext(deployment, self._cancelled, environment, locate,
+                                   report_output)
         self._thread = threading.Thread(
             target=self._run, daemon=True,
             name=f"{deployment.vertex_name} ({deployment.subtask_index + 1}/"

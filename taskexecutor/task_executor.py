@@ -28,7 +28,8 @@ from flinkyarn import options
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
-from flinkyarn.gateways.job_master import (JobMasterGateway, OfferSlots, PartitionLocation,
+from flinkyarn.gateways.job_master import (JobMasterGateway, OfferSlots, OutputChunk,
+                                           PartitionLocation, ReportTaskOutput,
                                            RegisterTaskManager, RequestPartitionLocation,
                                            TaskState, UpdateTaskExecutionState,
                                            job_master_endpoint)
@@ -355,7 +356,8 @@ class TaskExecutor(RpcEndpoint):
         loop = asyncio.get_running_loop()
         task = Task(deployment, lambda t, state, error: loop.call_soon_threadsafe(
             self._task_state_changed, t, state, error), self.environment,
-            self._partition_locator(connection, loop))
+            self._partition_locator(connection, loop),
+            self._output_reporter(connection, loop, deployment.attempt_id))
         self.tasks[deployment.attempt_id] = task
         task.start()
         return ACK
@@ -378,6 +380,17 @@ class TaskExecutor(RpcEndpoint):
                 connection.job_master_id, result_id, partition_number))
             return asyncio.run_coroutine_threadsafe(call, loop).result()
         return locate
+
+    def _output_reporter(self, connection: JobManagerConnection,
+                         loop: asyncio.AbstractEventLoop, attempt_id: str):
+        """For task threads: sends what a task printed to the job's JobMaster."""
+        def report(chunks: list[OutputChunk], spark_application: str | None,
+                   spark_tracking_url: str | None) -> None:
+            call = connection.gateway.report_task_output(ReportTaskOutput(
+                connection.job_master_id, attempt_id, chunks, spark_application,
+                spark_tracking_url))
+            asyncio.run_coroutine_threadsafe(call, loop).result()
+        return report
 
     def _task_state_changed(self, task: Task, state: TaskState, error: str | None) -> None:
         """Sends the change to the JobMaster: each task's changes in order, different

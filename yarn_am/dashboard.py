@@ -144,6 +144,14 @@ def _job_rows(job: JobDetails, now: float) -> str:
         cause += (f'<details class="cause" id="restarts-{_e(job.job_id)}"><summary>'
                   f"{job.restarts} restart(s); root cause: {_e(root[0] if root else '')}</summary>"
                   f"<ul>{restarts}</ul></details>")
+    if job.spark_application:
+        url = job.spark_tracking_url or ""
+        link = (f'<a href="{_e(url)}">{_e(job.spark_application)}</a>'
+                if url.startswith(("http://", "https://")) else _e(job.spark_application))
+        cause += f'<p class="spark" id="spark-{_e(job.job_id)}">Spark application {link}</p>'
+    if job.output_tail:
+        cause += (f'<details class="output" id="output-{_e(job.job_id)}" open><summary>Output '
+                  f"(last lines)</summary><pre>{_e(job.output_tail)}</pre></details>")
     return (f'<tr class="job" id="job-{_e(job.job_id)}"><td class="name">{_e(job.name)}</td>'
             f"<td><code>{_e(job.job_id)}</code></td><td>{_state(job.status)}</td>"
             f"<td>{_timestamp(job.start_time)}</td><td>{_duration(end - job.start_time)}</td>"

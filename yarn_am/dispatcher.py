@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+
+import msgspec
 import time
 from dataclasses import dataclass, field
 
@@ -15,12 +17,14 @@ from flinkyarn import options
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
-                                           JobList, JobOverview, JobQuery, JobSubmitted, RestartView,
+                                           JobList, JobOutputQuery, JobOutputView, JobOverview,
+                                           JobQuery, JobSubmitted, RestartView,
                                            SlotView, SubmitJob, TaskExecutorView, VertexDetails)
 from flinkyarn.ids import JobID
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
+from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.resourcemanager.resource_manager import ResourceManager
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,7 @@ class JobRecord:
     JobMaster, its graph and the user's pickled code are dropped)."""
 
     job_master: JobMaster | None
+    output: JobOutput
     result: JobResult | None = None
     final: JobDetails | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -64,7 +69,7 @@ class Dispatcher(RpcEndpoint):
             options.job_configuration(self._conf, graph.configuration))
         job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
                                on_terminated=self._job_terminated)
-        self.jobs[graph.job_id] = JobRecord(job_master)
+        self.jobs[graph.job_id] = JobRecord(job_master, job_master.output)
         self.spawn(job_master.run(), f"jobmaster-{graph.job_id}")
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
         return JobSubmitted(graph.job_id)
@@ -74,6 +79,7 @@ class Dispatcher(RpcEndpoint):
         record.result = result
         record.final = self._details(record)
         record.job_master = None
+        record.output.shrink()
         record.ended.set()
 
     async def wait_for_result(self, job_id: JobID) -> JobResult:
@@ -109,7 +115,25 @@ class Dispatcher(RpcEndpoint):
 
     async def job_details_of(self, job_id: JobID) -> JobDetails:
         record = self._record(job_id)
-        return record.final or self._details(record)
+        if record.final is not None:
+            return msgspec.structs.replace(record.final, output_tail=record.output.tail())
+        return self._details(record)
+
+    async def job_output(self, request: JobOutputQuery) -> JobOutputView:
+        return self._record(request.job_id).output.read(request.after, time.monotonic())
+
+    async def output_read(self, job_id: JobID, timeout: float, idle: float = 5.0) -> None:
+        """Waits (at most `timeout` s) until a reader that follows the job's output has
+        read all of it; returns at once when nobody has read it in the last `idle` s
+        (a detached submit): so a per-job application does not end under its client."""
+        output = self._record(job_id).output
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if output.last_read is None or time.monotonic() - output.last_read > idle:
+                return
+            if output.read_up_to >= output.next_seq:
+                return
+            await asyncio.sleep(0.05)
 
     def _details(self, record: JobRecord) -> JobDetails:
         overview = self._overview(record)
@@ -124,10 +148,12 @@ class Dispatcher(RpcEndpoint):
         history = [RestartView(r.number, r.at + offset, r.cause, r.failed_task,
                                [graph.vertex(evid).task_name for evid in r.restarted])
                    for r in scheduler.restart_records()]
+        spark_id, spark_url = record.job_master.spark_application or (None, None)
         return JobDetails(overview.job_id, overview.name, overview.status, overview.start_time,
                           overview.end_time, cause, vertices, scheduler.restarts,
                           scheduler.root_cause, history,
-                          record.job_master.config.restart_strategy.attempt_limit)
+                          record.job_master.config.restart_strategy.attempt_limit,
+                          spark_id, spark_url, record.output.tail())
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
         executors = [TaskExecutorView(record.resource_id, record.address,

@@ -4,6 +4,8 @@
     GET    /jobs                  JobList
     POST   /jobs                  SubmitJob as MessagePack -> 202 JobSubmitted
     GET    /jobs/{job_id}         JobDetails
+    GET    /jobs/{job_id}/output?after=N
+                                  JobOutputView: what the job's tasks printed, from N on
     POST   /jobs/{job_id}/cancel  202
     DELETE /cluster               202; the AppMaster shuts down
 
@@ -21,7 +23,7 @@ import msgspec
 from aiohttp import web
 
 from flinkyarn.gateways import ACK
-from flinkyarn.gateways.dispatcher import JobQuery, SubmitJob
+from flinkyarn.gateways.dispatcher import JobOutputQuery, JobQuery, SubmitJob
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.errors import MalformedMessage
 from flinkyarn.rpc.security import ClusterSecurity
@@ -52,6 +54,7 @@ class RestServer:
             web.get("/jobs", self.list_jobs),
             web.post("/jobs", self.submit_job),
             web.get("/jobs/{job_id}", self.job_details),
+            web.get("/jobs/{job_id}/output", self.job_output),
             web.post("/jobs/{job_id}/cancel", self.cancel_job),
             web.delete("/cluster", self.shutdown_cluster),
         ])
@@ -96,6 +99,13 @@ class RestServer:
 
     async def job_details(self, request: web.Request) -> web.Response:
         return _json(await self._dispatcher.job_details(JobQuery(request.match_info["job_id"])))
+
+    async def job_output(self, request: web.Request) -> web.Response:
+        after = request.query.get("after", "0")
+        if not after.isdigit():
+            raise ValueError(f"after must be a number of 0 or more, not {after!r}")
+        return _json(await self._dispatcher.job_output(
+            JobOutputQuery(request.match_info["job_id"], int(after))))
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         await self._dispatcher.cancel_job(JobQuery(request.match_info["job_id"]))

@@ -70,6 +70,8 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome)
         progress.cancel()
     if outcome.fatal:  # the application ended for a reason above the job's
         return
+    # An attached client reads the job's last output before the application ends.
+    await appmaster.dispatcher.output_read(graph.job_id, timeout=10.0)
     outcome.status = FINAL_STATUS[result.status.value]
     outcome.diagnostics = f"job {graph.name!r} ({graph.job_id}) {result.status.value}"
     if result.failure_cause:

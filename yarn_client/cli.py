@@ -28,6 +28,8 @@ from yarn_client.programs import GraphCapture, ProgramAborted, pyspark_job_graph
 from yarn_client.rest_client import RestError
 from yarn_client import shipping
 from yarn_client.shipping import ShippingError
+from yarn_client.spark_submit import (NOT_TAKEN, SparkSubmitError, SparkSubmitOptions,
+                                      local_settings, memory_mib, yarn_settings)
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
 from yarn_client.yarn_executors import PerJobExecutor, SessionExecutor
 
@@ -169,6 +171,55 @@ def python_properties(properties: tuple[str, ...], python_archives: tuple[str, .
     return (*properties, *extra)
 
 
+def spark_submit_options(function):
+    """spark-submit's options, for --pyspark (the others it shares with flinkyarn's)."""
+    for decorator in reversed((
+            click.option("--conf", "spark_confs", multiple=True, metavar="KEY=VALUE",
+                         help="--pyspark: a Spark setting, as spark-submit's --conf."),
+            click.option("--master", "spark_master", metavar="MASTER",
+                         help="--pyspark: yarn (default on YARN), local, local[N] "
+                              "(pyspark.master)."),
+            click.option("--deploy-mode", type=click.Choice(("cluster", "client")),
+                         help="--pyspark: the driver always runs in the cluster (cluster)."),
+            click.option("--archives", multiple=True, metavar="ARCHIVE[#NAME]",
+                         help="--pyspark: archives unpacked in the driver's and the "
+                              "executors' folders."),
+            click.option("--num-executors", type=int,
+                         help="--pyspark: a fixed number of Spark executors (default: "
+                              "dynamic allocation)."),
+            click.option("--executor-cores", type=int, help="--pyspark: cores per executor."),
+            click.option("--executor-memory", metavar="SIZE", help="--pyspark: e.g. 2g."),
+            click.option("--driver-memory", metavar="SIZE",
+                         help="--pyspark: the driver's heap; sizes its slot."))):
+        function = decorator(function)
+    return function
+
+
+def _pyspark_settings(target: str, submit: SparkSubmitOptions, dynamic: dict[str, str],
+                      conf: Configuration):
+    try:
+        if target == "local":
+            return local_settings(submit, dynamic)
+        return yarn_settings(submit, dynamic, shipping.Staging(conf, lambda line: click.echo(line, err=True)))
+    except SparkSubmitError as error:
+        raise click.UsageError(str(error)) from None
+
+
+def _pyspark_cluster_properties(submit: SparkSubmitOptions, dynamic: dict[str, str]) -> tuple[str, ...]:
+    """A per-job cluster for one script: one slot, sized by --driver-memory."""
+    extra = []
+    if options.NUM_TASK_SLOTS.key not in dynamic:
+        extra.append(f"{options.NUM_TASK_SLOTS.key}=1")
+    if submit.driver_memory and options.TASK_MANAGER_PROCESS_MEMORY.key not in dynamic:
+        try:
+            heap = memory_mib(submit.driver_memory, "--driver-memory")
+        except SparkSubmitError as error:
+            raise click.UsageError(str(error)) from None
+        # The driver's heap doubled: its JVM's other memory, its Python, the TaskExecutor.
+        extra.append(f"{options.TASK_MANAGER_PROCESS_MEMORY.key}={max(1024, 2 * heap)} mb")
+    return tuple(extra)
+
+
 @cli.command(context_settings=PROGRAM_SETTINGS)
 @click.option("-t", "--target", type=click.Choice(TARGETS), default=None,
               help="Where to run: local processes, a YARN application per job, or a YARN "
@@ -177,30 +228,67 @@ def python_properties(properties: tuple[str, ...], python_archives: tuple[str, .
 @click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
               help="Override a configuration option (see conf/flinkyarn.yaml).")
 @click.option("--pyspark", is_flag=True,
-              help="PROGRAM is an unmodified PySpark script: run it as a job of one task "
-                   "with a TaskExecutor's SparkSession.")
+              help="PROGRAM is an unmodified PySpark script: its driver runs in a slot, its "
+                   "Spark on YARN (pyspark.master), as with spark-submit --deploy-mode cluster.")
 @click.option("--detached", is_flag=True, help="yarn-per-job: print the application id and return.")
 @click.option("--application-id", help="yarn-session: the session to submit into (default: your newest).")
 @python_options
 @yarn_application_options
+@spark_submit_options
 @click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached: bool,
         application_id: str | None, python_archives: tuple[str, ...],
         python_executable: str | None, py_files: tuple[str, ...], files: tuple[Path, ...],
-        name: str | None, queue: str | None, tags: tuple[str, ...], program: Path,
-        args: tuple[str, ...]) -> None:
+        name: str | None, queue: str | None, tags: tuple[str, ...], spark_confs: tuple[str, ...],
+        spark_master: str | None, deploy_mode: str | None, archives: tuple[str, ...],
+        num_executors: int | None, executor_cores: int | None, executor_memory: str | None,
+        driver_memory: str | None, program: Path, args: tuple[str, ...]) -> None:
     """Run PROGRAM (a Python file that builds and executes jobs) with ARGS."""
+    if str(program).startswith("-"):
+        option = str(program).split("=")[0]
+        hint = f" ({NOT_TAKEN[option]})" if option in NOT_TAKEN else ""
+        raise click.UsageError(f"no such option: {option}{hint}")
     if not program.is_file():
         raise click.BadParameter(f"no such file: {program}", param_hint="PROGRAM")
-    shipped = python_properties((), python_archives, python_executable, py_files, files)
-    conf = load_configuration((*properties, *shipped))
-    program_path = python_files(conf)
+    submit = SparkSubmitOptions(spark_confs, spark_master, deploy_mode, num_executors,
+                                executor_cores, executor_memory, driver_memory, name, queue,
+                                files, archives, py_files)
+    if not pyspark:
+        given = [option for option, value in (
+            ("--conf", spark_confs), ("--master", spark_master), ("--deploy-mode", deploy_mode),
+            ("--archives", archives), ("--num-executors", num_executors),
+            ("--executor-cores", executor_cores), ("--executor-memory", executor_memory),
+            ("--driver-memory", driver_memory)) if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: spark-submit's options go with --pyspark")
+    target = target or default_target()
+    try:
+        dynamic = parse_dynamic_properties(properties)
+    except ConfigurationError as error:
+        raise click.UsageError(str(error)) from None
+    if pyspark:
+        # The script's files reach its driver and Spark's executors, not every container.
+        shipped = python_properties((), python_archives, python_executable, (), ())
+        cluster = _pyspark_cluster_properties(submit, dynamic) if target == "yarn-per-job" else ()
+        conf = load_configuration((*cluster, *properties, *shipped))
+        program_path = []
+    else:
+        shipped = python_properties((), python_archives, python_executable, py_files, files)
+        conf = load_configuration((*properties, *shipped))
+        program_path = python_files(conf)
     try:
         shipping.check_python_options(conf)
     except ShippingError as error:
         raise click.UsageError(str(error)) from None
-    target = target or default_target()
+    job_graph = None
+    if pyspark:
+        try:
+            settings = _pyspark_settings(target, submit, dynamic, conf)
+        except (ShippingError, HadoopConfigError, OSError) as error:
+            click.echo(f"error: {error}", err=True)
+            sys.exit(1)
+        job_graph = pyspark_job_graph(program, args, settings)
     try:
         if target == "local":
             executor = LocalTargetExecutor(conf)
@@ -209,9 +297,10 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
                                       detached)
         else:
             # The session's configuration is its own; the job-level -D (not the client's
-            # config file) go with the jobs.
+            # config file) go with the jobs (a script's Spark settings with its job).
             dynamic = parse_dynamic_properties((*properties, *shipped))
-            ignored = sorted(key for key in dynamic if not options.is_job_option(key))
+            ignored = sorted(key for key in dynamic if not options.is_job_option(key)
+                             and not (pyspark and (key.startswith(("spark.", "pyspark.")))))
             if ignored:
                 click.echo(f"warning: a session keeps its own configuration; ignored: "
                            f"{', '.join(ignored)} (jobs may set {options.JOB_OPTIONS})", err=True)
@@ -221,8 +310,8 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
         sys.exit(1)
     code = 0
     try:
-        if pyspark:
-            executor.execute(pyspark_job_graph(program, args))
+        if job_graph is not None:
+            executor.execute(job_graph)
         else:
             run_program(program, args, executor, program_path)
     except KeyboardInterrupt:
@@ -316,6 +405,9 @@ def list_jobs(application_id: str | None) -> None:
             details = rest.job(job.job_id)
             restarts = f"  {details.restarts} restart(s)" if details.restarts else ""
             click.echo(f"  {job.job_id}  {job.status:10} {job.name}{restarts}")
+            if details.spark_application:
+                click.echo(f"    Spark application {details.spark_application}: "
+                           f"{details.spark_tracking_url or ''}")
             if details.root_cause:
                 click.echo(f"    root cause: {details.root_cause.strip().splitlines()[0]}")
 
@@ -332,7 +424,9 @@ def cancel(application_id: str, job_id: str) -> None:
 
 @cli.command()
 @click.argument("application_id")
-@click.option("--job", "job_id", help="Only lines that mention this job.")
+@click.option("--job", "job_id", help="Only this job: its own log files (a PySpark script's "
+                                      "output and its Spark driver's log) whole, and the "
+                                      "lines of the other logs that mention it.")
 def logs(application_id: str, job_id: str | None) -> None:
     """The logs of the AppMaster and the TaskExecutors of an application (from the
     NodeManagers while it runs, aggregated in HDFS after)."""
@@ -346,8 +440,12 @@ def logs(application_id: str, job_id: str | None) -> None:
     if process.returncode != 0 and not process.stdout:
         click.echo(f"error: {' '.join(command)} failed:\n{process.stderr[-2000:]}", err=True)
         sys.exit(1)
+    whole = False  # inside a log file of the job's own
     for line in process.stdout.splitlines():
-        if job_id is None or job_id in line or line.startswith(("Container:", "LogType:", "===")):
+        if line.startswith("LogType:"):
+            whole = job_id is not None and job_id in line
+        if job_id is None or whole or job_id in line or \
+                line.startswith(("Container:", "LogType:", "End of LogType:", "===")):
             click.echo(line)
 
 

@@ -37,15 +37,50 @@ def describe_restart(restart: RestartView, limit: int | None) -> str:
     return f"restart ({attempt}): {cause}; {len(restart.restarted)} task(s) restart"
 
 
+class OutputPrinter:
+    """Writes what the job's tasks print (a PySpark driver's stdout and stderr) to the
+    client's own stdout and stderr, unprefixed, in the order it was written."""
+
+    def __init__(self, rest: RestClient, job_id: str, stdout: TextIO | None = None,
+                 stderr: TextIO | None = None) -> None:
+        self.rest, self.job_id = rest, job_id
+        self.stdout, self.stderr = stdout, stderr
+        self.after = 0
+
+    def pump(self) -> None:
+        while True:
+            view = self.rest.output(self.job_id, self.after)
+            stdout, stderr = self.stdout or sys.stdout, self.stderr or sys.stderr
+            if view.missed:
+                print(f"[{view.missed} characters of output were dropped before they could "
+                      f"be shown; `flinkyarn logs` has all of it]", file=stderr, flush=True)
+            for line in view.lines:
+                stream = stderr if line.stream == "stderr" else stdout
+                stream.write(line.text)
+                stream.flush()
+            more = view.next > self.after and view.lines
+            self.after = view.next
+            if not more:
+                return
+
+
 def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float = 0.2,
-           on_change: Callable[[JobDetails], None] | None = None) -> JobDetails:
+           on_change: Callable[[JobDetails], None] | None = None,
+           output: OutputPrinter | None = None) -> JobDetails:
     """Polls the job until it is terminal, printing each change of its vertices' states
-    and each restart, as it happens."""
+    and each restart, as it happens, and (with `output`) what its tasks print."""
     last, shown = "", 0  # the number of the last restart printed (the history is capped)
+    spark = None
     start = time.monotonic()
     while True:
         details = rest.job(job_id)
+        if output is not None:
+            output.pump()
         stamp = f"[{time.monotonic() - start:6.1f} s] job {job_id[:8]}"
+        if details.spark_application and details.spark_application != spark:
+            spark = details.spark_application
+            print(f"{stamp} Spark application {spark}: {details.spark_tracking_url}", file=out,
+                  flush=True)
         for restart in details.restart_history:
             if restart.number > shown:
                 print(f"{stamp} {describe_restart(restart, details.restart_limit)}", file=out,
@@ -86,7 +121,7 @@ class ClusterExecutor:
         job_id = self.rest.submit(graph)
         self.submitted.append(job_id)
         print(f"submitted job {job_id} ({graph.name})", file=self.out, flush=True)
-        return result_of(follow(self.rest, job_id, self.out))
+        return result_of(follow(self.rest, job_id, self.out, output=OutputPrinter(self.rest, job_id)))
 
 
 class StandaloneLocalExecutor:

@@ -52,12 +52,12 @@ class GraphCapture:
         raise ProgramAborted()
 
 
-def pyspark_job_graph(script: Path, args: tuple[str, ...]) -> JobGraph:
-    """A job of one task that runs the script, unmodified, with the TaskExecutor's
-    SparkSession. The script's text travels in the job graph."""
+def pyspark_job_graph(script: Path, args: tuple[str, ...], settings=None) -> JobGraph:
+    """A job of one task whose task runs the script, unmodified, as its own driver
+    process. The script's text travels in the job graph."""
     from flinkyarn.pipeline.pyspark_script import PySparkScript
 
-    operator = PySparkScript(script, list(args))
+    operator = PySparkScript.from_file(script, list(args), settings)
     uid = hashlib.sha256(f"pyspark\0{script.name}\0{operator.source}".encode()).hexdigest()[:32]
     vertex = JobVertex(JobVertexID(uid), operator.name, 1,
                        cloudpickle.dumps(StreamTaskSpec((operator,))),

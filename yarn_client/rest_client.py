@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from flinkyarn.gateways.dispatcher import (ClusterOverview, JobDetails, JobList, JobSubmitted,
-                                           SubmitJob)
+from flinkyarn.gateways.dispatcher import (ClusterOverview, JobDetails, JobList, JobOutputView,
+                                           JobSubmitted, SubmitJob)
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.security import ClusterSecurity
@@ -59,6 +59,9 @@ class RestClient:
 
     def job(self, job_id: str) -> JobDetails:
         return self._get(f"/jobs/{job_id}", JobDetails)
+
+    def output(self, job_id: str, after: int = 0) -> JobOutputView:
+        return self._get(f"/jobs/{job_id}/output?after={after}", JobOutputView)
 
     def overview(self) -> ClusterOverview:
         return self._get("/overview", ClusterOverview)

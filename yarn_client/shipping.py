@@ -399,3 +399,115 @@ def launch_script(python: str, python_path: str, versions: str, command: str) ->
         f"  exit {runtime_check.EXIT_MISMATCH}",
         "fi",
         f"exec {python} {command}"])
+
+
+# ------------------------------------------------------------- PySpark scripts on YARN
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:20]
+
+
+def spark_jars_digest(jars: Path) -> str:
+    """Spark's jars by name and size (the pyspark release names them all by version)."""
+    digest = hashlib.sha256()
+    for jar in sorted(jars.glob("*.jar")):
+        digest.update(f"{jar.name}\0{jar.stat().st_size}\0".encode())
+    return digest.hexdigest()[:20]
+
+
+def pack_spark_jars(jars: Path, output: Path) -> Path:
+    """spark.yarn.archive: the jars at the archive's root, stored (they are compressed)."""
+    import zipfile
+
+    with zipfile.ZipFile(output, "w", compression=zipfile.ZIP_STORED) as archive:
+        for jar in sorted(jars.glob("*.jar")):
+            archive.write(jar, jar.name)
+    return output
+
+
+def _cached_file(staging: Staging, local: Path, what: str, kind: str = "file") -> str:
+    """The URL of `local`'s content in the cache, uploaded once."""
+    if not local.is_file():
+        raise ShippingError(f"{what}: no such file {local}")
+    suffix = "".join(local.suffixes[-2:]) if local.name.endswith((".tar.gz", ".tar.bz2")) \
+        else local.suffix
+    cached = f"{kind}-{_file_digest(local)}{suffix}"
+    return staging.ensure(cached, lambda folder: local, f"{what} {local}", local.name).uri
+
+
+@dataclass
+class PySparkShipment:
+    """What a PySpark script's Spark on YARN takes from the cache: Spark's jars
+    (spark.yarn.archive), pyspark's own Python archives (PYSPARK_ARCHIVES_PATH), and the
+    user's --files, --archives and --py-files (as hdfs:// URLs)."""
+
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+    archives: list[tuple[str, str]] = field(default_factory=list)
+    py_files: list[str] = field(default_factory=list)
+
+
+def ship_pyspark(staging: Staging, files: list[Path], archives: list[str],
+                 py_files: list[Path], with_spark: bool = True) -> PySparkShipment:
+    """The user's files in the cache; with `with_spark` (master yarn) also Spark's jars
+    and pyspark's Python archives for the executors."""
+    shipment = PySparkShipment()
+    if with_spark:
+        import pyspark
+
+        home = Path(pyspark.__file__).resolve().parent
+        jars = home / "jars"
+        name = f"spark-jars-{pyspark.__version__}-{spark_jars_digest(jars)}.zip"
+        shipment.spark_conf["spark.yarn.archive"] = staging.ensure(
+            name, lambda folder: pack_spark_jars(jars, folder / name), "Spark's jars",
+            "__spark_libs__").uri
+        python_lib = sorted((home / "python" / "lib").glob("*.zip"))
+        if not python_lib:
+            raise ShippingError(f"pyspark at {home} has no python/lib/*.zip for Spark's executors")
+        shipment.environment["PYSPARK_ARCHIVES_PATH"] = ",".join(
+            _cached_file(staging, zipped, "pyspark archive", "pyspark-lib") for zipped in python_lib)
+    for path in files:
+        if path.is_dir():
+            raise ShippingError(f"--files: {path} is a folder; pack it and pass it with "
+                                f"--archives {path.name}.zip#{path.name}")
+        shipment.files.append(f"{_cached_file(staging, path, '--files')}#{path.name}")
+    for spec in archives:
+        local, alias = _archive_name(spec)
+        local_path = Path(local).expanduser()
+        shipment.archives.append((_cached_file(staging, local_path, "--archives", "archive"), alias))
+    for path in py_files:
+        if path.is_dir():
+            raise ShippingError(f"--py-files: {path} is a folder; Spark ships .py, .zip and "
+                                f".egg files: zip it")
+        shipment.py_files.append(f"{_cached_file(staging, path, '--py-files')}#{path.name}")
+    if shipment.files:
+        shipment.spark_conf["spark.yarn.dist.files"] = ",".join(shipment.files)
+    if shipment.archives:
+        shipment.spark_conf["spark.yarn.dist.archives"] = ",".join(
+            f"{url}#{alias}" for url, alias in shipment.archives)
+    if shipment.py_files:
+        shipment.spark_conf["spark.yarn.dist.pyFiles"] = ",".join(shipment.py_files)
+    return shipment
+
+
+def executor_python(conf: Configuration, shipment: Shipment) -> dict[str, str]:
+    """pyspark.yarn.python-archive and pyspark.yarn.python for the TaskExecutors: Spark's
+    executors run the TaskExecutors' own Python (unless the user named another)."""
+    if conf.get(options.PYSPARK_PYTHON_ARCHIVE):
+        return {}
+    executable = conf.get(options.PYTHON_EXECUTABLE)
+    if executable and executable.startswith("/"):
+        return {options.PYSPARK_PYTHON.key: executable}
+    name = executable.split("/")[0] if executable else ENVIRONMENT_DIR
+    localized = shipment.files.get(name)
+    if localized is None:
+        return {}
+    return {options.PYSPARK_PYTHON_ARCHIVE.key: f"{localized.uri}#{name}",
+            options.PYSPARK_PYTHON.key: f"./{executable}" if executable else
+            f"./{ENVIRONMENT_DIR}/bin/python"}

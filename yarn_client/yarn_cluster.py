@@ -66,11 +66,7 @@ def application_dir(app_id: str) -> Path:
 
 
 def rm_web_address() -> str:
-    address = hadoop.site_properties("yarn-site.xml").get("yarn.resourcemanager.webapp.address")
-    if not address:
-        host = hadoop.site_properties("yarn-site.xml").get("yarn.resourcemanager.hostname", "localhost")
-        address = f"{host}:8088"
-    return f"http://{address}"
+    return hadoop.rm_web_address()
 
 
 def rm_get(path: str) -> dict:
@@ -241,7 +237,8 @@ class YarnClusterDescriptor:
         # client's values for these keys mean nothing there.
         placed = {options.JOB_MANAGER_RPC_ADDRESS.key, options.REST_ADDRESS.key,
                   options.TASK_MANAGER_HOST.key}
-        properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in self.conf.raw().items()
+        raw = {**self.conf.raw(), **shipping.executor_python(self.conf, shipment)}
+        properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in raw.items()
                               if k not in placed)
         python_path = shipping.container_python_path(shipment, self.conf)
         versions = shipping.client_versions()

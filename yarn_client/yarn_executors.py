@@ -10,7 +10,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
 from flinkyarn.jobgraph import JobGraph
 from yarn_client import yarn_cluster
-from yarn_client.executors import ClusterExecutor, follow, result_of
+from yarn_client.executors import ClusterExecutor, OutputPrinter, follow, result_of
 from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
 
@@ -45,7 +45,8 @@ class PerJobExecutor:
             return result
         details = None
         try:
-            details = follow(deployment.rest, graph.job_id, self.out)
+            details = follow(deployment.rest, graph.job_id, self.out,
+                             output=OutputPrinter(deployment.rest, graph.job_id))
         except RestError:
             pass  # the AppMaster ended with the job; YARN has the last word
         report = yarn_cluster.wait_for_end(deployment.app_id)

@@ -66,6 +66,29 @@ class JobDetails(msgspec.Struct, frozen=True):
     root_cause: str | None = None
     restart_history: list[RestartView] = []
     restart_limit: int | None = None  # restarts the job's strategy allows in all, if it says
+    spark_application: str | None = None   # a PySpark script's Spark application on YARN
+    spark_tracking_url: str | None = None  # ... and its tracking URL through YARN's proxy
+    output_tail: str = ""                  # the last lines its tasks printed
+
+
+class OutputLine(msgspec.Struct, frozen=True):
+    """A piece of what a task printed (a PySpark driver's stdout or stderr), numbered in
+    the order the JobMaster received it."""
+
+    seq: int
+    stream: str           # "stdout" or "stderr"
+    text: str
+
+
+class JobOutputQuery(msgspec.Struct, frozen=True):
+    job_id: JobID
+    after: int = 0        # the first number wanted: 0, then the last answer's `next`
+
+
+class JobOutputView(msgspec.Struct, frozen=True):
+    lines: list[OutputLine]
+    next: int             # ask with this next time
+    missed: int = 0       # characters dropped (the output's bound) before they were read
 
 
 class SlotView(msgspec.Struct, frozen=True):
@@ -100,4 +123,7 @@ class DispatcherGateway(Protocol):
         ...
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
+        ...
+
+    async def job_output(self, request: JobOutputQuery) -> JobOutputView:
         ...

@@ -54,6 +54,22 @@ class UpdateTaskExecutionState(msgspec.Struct, frozen=True):
     error: str | None = None
 
 
+class OutputChunk(msgspec.Struct, frozen=True):
+    stream: str           # "stdout" or "stderr"
+    text: str
+
+
+class ReportTaskOutput(msgspec.Struct, frozen=True):
+    """What a task printed since its last report (a PySpark driver's output), and the
+    Spark application it runs, once known."""
+
+    job_master_id: JobMasterId
+    attempt_id: ExecutionAttemptID
+    chunks: list[OutputChunk]
+    spark_application: str | None = None
+    spark_tracking_url: str | None = None
+
+
 class SlotRequestFailed(msgspec.Struct, frozen=True):
     resource_manager_id: ResourceManagerId
     allocation_id: AllocationID
@@ -95,6 +111,9 @@ class JobMasterGateway(Protocol):
         ...
 
     async def slot_request_failed(self, request: SlotRequestFailed) -> Ack:
+        ...
+
+    async def report_task_output(self, request: ReportTaskOutput) -> Ack:
         ...
 
     async def heartbeat_from_resource_manager(self, request: HeartbeatRequest) -> Ack:

@@ -27,7 +27,7 @@ business (its writes to result partitions block).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 import pyarrow as pa
 
@@ -47,6 +47,16 @@ class OperatorContext(Protocol):
     tmp_dir: str          # a scratch folder of this task, removed after it
 
     def is_cancelled(self) -> bool:
+        ...
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Runs `hook` (from another thread) when the task is cancelled; at once if it is."""
+        ...
+
+    def report_output(self, chunks: list, spark_application: str | None = None,
+                      spark_tracking_url: str | None = None) -> None:
+        """Sends what the task printed (OutputChunks) to the JobMaster, which shows it to
+        attached clients; blocks until it has them."""
         ...
 
     def spark(self) -> "SparkSession":

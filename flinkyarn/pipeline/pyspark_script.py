@@ -1,182 +1,80 @@
-"""Runs an unmodified PySpark script as a job, in one slot, with the TaskExecutor's session.
+"""An unmodified PySpark script as a job of one task: the task is the script's driver.
 
-    PySparkScript("wordcount.py", ["hdfs:///in", "hdfs:///out"])
+    PySparkScript.from_file("pi.py", ["100"], PySparkSettings(master="yarn"))
 
-The script runs as `__main__` (`runpy.run_path`) in the task thread, with
+The slot starts the script as its own Python process, as spark-submit would: `python
+script.py ARGS` with `__main__`, `sys.argv`, its own SparkContext however the script
+makes it, and its exit status as the task's result (0 finished; anything else fails the
+task, with the script's last traceback as the cause). Spark is pointed where
+`settings.master` says through PYSPARK_SUBMIT_ARGS, which pyspark hands to spark-submit
+when the script's first SparkContext starts its JVM: on YARN, Spark's own YARN backend
+(client deploy mode, the driver in our container) asks YARN for executors.
 
-- `sys.argv == [script, *args]` and the script's folder first on `sys.path`;
-- the TaskExecutor's SparkSession (`context.spark()`) made PySpark's default and active
-  session, so the script's `SparkSession.builder....getOrCreate()` returns it; builder
-  options the script sets are applied to the shared session (runtime SQL settings only);
-- `SparkSession.stop` and `SparkContext.stop` replaced by wrappers that ignore calls
-  while a script runs: the session is shared by the TaskExecutor's slots and outlives
-  the script. The original is the wrapper's `__wrapped__` (the TaskExecutor's own
-  `SparkSessionProvider.stop` calls it). `with SparkSession.builder.getOrCreate() as
-  spark:` is covered, since `__exit__` calls `stop`;
-- what the script's thread prints to `sys.stdout` logged, line by line, at INFO on the
-  logger `flinkyarn.pyspark_script` with the task's name: it lands in the TaskExecutor's
-  log. Other threads' output is passed through untouched.
+Nothing of the TaskExecutor's process is touched, so any number of scripts run side by
+side in one TaskExecutor. What the driver prints streams back to the JobMaster (and from
+there to an attached client) and into the TaskExecutor's container log. The process
+itself is run by taskexecutor/pyspark_driver.py; this module only says what to run.
 
-A script that builds its own `SparkContext(conf)` instead of using the builder fails:
-Spark allows one SparkContext per process, and the TaskExecutor's is running.
-
-`sys.argv`, `sys.stdout` and the `stop` methods belong to the whole process, so at most
-one script runs at a time in a TaskExecutor; a second one waits (and gives up if its
-task is cancelled meanwhile). Exceptions from the script propagate; `sys.exit(0)` or
-`sys.exit()` count as success, any other exit status fails the task.
-
-The script's text is read when the operator is made, if the file exists there, so a
-script on the client's disk ships with the job; where the task runs, the file is run in
-place if it exists there, else that copy is run from `context.tmp_dir`.
+The script's text travels in the job graph, so a script on the client's disk needs no
+shipping.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
-import logging
 import os
-import runpy
-import sys
-import threading
-from typing import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Iterable
 
 import pyarrow as pa
 
-from flinkyarn.pipeline.operator import OperatorContext, SourceOperator
-from flinkyarn.pipeline.spark_stage import make_active, spark_job_tag
+from flinkyarn.pipeline.operator import SourceOperator
 
-log = logging.getLogger("flinkyarn.pyspark_script")
 
-_one_script_at_a_time = threading.Lock()
+@dataclass
+class PySparkSettings:
+    """What spark-submit's options said, resolved by the client.
+
+    `master`: "yarn", "local" (local[slot cores]) or a Spark master URL.
+    `spark_conf`: --conf and what the other options stand for (spark.executor.memory...).
+    `environment`: variables for the driver (PYSPARK_ARCHIVES_PATH on YARN).
+    `files`, `archives`, `py_files`: --files, --archives and --py-files as the driver
+    gets them (hdfs:// URLs on YARN, which the driver's host downloads; local paths
+    locally): files as `url#name` into its working folder, archives as (url, name)
+    unpacked there as `name`, py-files as `url#name` on its PYTHONPATH.
+    `working_dir`: where the driver runs; None: a fresh folder of the task (on YARN, as
+    in spark-submit's cluster mode), the client's folder on the local target.
+    """
+
+    master: str = "local"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+    archives: list[tuple[str, str]] = field(default_factory=list)
+    py_files: list[str] = field(default_factory=list)
+    working_dir: str | None = None
+    show_spark_logs: bool = False
 
 
 class PySparkScript(SourceOperator):
-    """A source that runs a PySpark script in `read()` and yields no batches.
+    """A source whose `read()` runs the script's driver to its end and yields nothing."""
 
-    `path_or_source` is a path to a `.py` file, or the script's text itself (any string
-    with a newline in it).
-    """
-
-    def __init__(self, path_or_source: str | os.PathLike, args: Iterable[str] = ()) -> None:
-        text = os.fspath(path_or_source)
+    def __init__(self, script_name: str, source: str, args: Iterable[str] = (),
+                 settings: PySparkSettings | None = None) -> None:
+        self.script_name = script_name
+        self.source = source
         self.args = [str(arg) for arg in args]
-        if "\n" in text:
-            self.path, self.source = None, text
-            self.name = "Source: pyspark-script(<source>)"
-        else:
-            self.path = os.path.abspath(text)
-            self.source = None
-            if os.path.isfile(self.path):
-                with open(self.path, encoding="utf-8") as file:
-                    self.source = file.read()
-            self.name = f"Source: pyspark-script({os.path.basename(self.path)})"
+        self.settings = settings or PySparkSettings()
+        self.name = f"Source: pyspark-script({script_name})"
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, args: Iterable[str] = (),
+                  settings: PySparkSettings | None = None) -> PySparkScript:
+        with open(path, encoding="utf-8") as file:
+            return cls(os.path.basename(os.fspath(path)), file.read(), args, settings)
 
     def read(self) -> Iterable[pa.RecordBatch]:
-        script = self._script_file(self.context)
-        while not _one_script_at_a_time.acquire(timeout=0.2):
-            if self.context.is_cancelled():
-                return
-        try:
-            spark = self.context.spark()
-            make_active(spark)
-            with _stop_ignored(), _stdout_logged(self.context.task_name), \
-                    _argv_and_path(script, self.args), spark_job_tag(spark, self.context, self.name):
-                try:
-                    runpy.run_path(script, run_name="__main__")
-                except SystemExit as exit_:
-                    if exit_.code not in (None, 0):
-                        raise RuntimeError(f"{self.name}: the script exited with status "
-                                           f"{exit_.code!r}") from exit_
-        finally:
-            _one_script_at_a_time.release()
+        from taskexecutor.pyspark_driver import PySparkDriver
+
+        PySparkDriver(self, self.context).run()
         return
-        yield  # a generator: the script runs when the StreamTask iterates read()
-
-    def _script_file(self, context: OperatorContext) -> str:
-        if self.path is not None and os.path.isfile(self.path):
-            return self.path
-        if self.source is None:
-            raise FileNotFoundError(f"{self.name}: no script at {self.path}")
-        name = os.path.basename(self.path) if self.path else "script.py"
-        copy = os.path.join(context.tmp_dir, name)
-        os.makedirs(context.tmp_dir, exist_ok=True)
-        with open(copy, "w", encoding="utf-8") as file:
-            file.write(self.source)
-        return copy
-
-
-@contextlib.contextmanager
-def _stop_ignored() -> Iterator[None]:
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    originals = {cls: cls.stop for cls in (SparkSession, SparkContext)}
-    for cls, original in originals.items():
-        cls.stop = _ignoring(original, cls.__name__)
-    try:
-        yield
-    finally:
-        for cls, original in originals.items():
-            cls.stop = original
-
-
-def _ignoring(original, what: str):
-    @functools.wraps(original)
-    def stop(self) -> None:
-        log.info("ignored %s.stop() of a PySpark script: the session is shared by the "
-                 "TaskExecutor and outlives the script", what)
-    return stop
-
-
-@contextlib.contextmanager
-def _argv_and_path(script: str, args: list[str]) -> Iterator[None]:
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    try:
-        yield
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-
-
-@contextlib.contextmanager
-def _stdout_logged(task_name: str) -> Iterator[None]:
-    saved = sys.stdout
-    routed = _ThreadRoutedStdout(saved, threading.get_ident(), task_name)
-    sys.stdout = routed
-    try:
-        yield
-    finally:
-        routed.flush_line()
-        sys.stdout = saved
-
-
-class _ThreadRoutedStdout(io.TextIOBase):
-    """stdout that logs the lines one thread writes and passes the rest to `other`."""
-
-    def __init__(self, other, thread_id: int, task_name: str) -> None:
-        self.other, self.thread_id, self.task_name = other, thread_id, task_name
-        self._partial = ""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        if threading.get_ident() != self.thread_id:
-            return self.other.write(text)
-        *lines, self._partial = (self._partial + text).split("\n")
-        for line in lines:
-            log.info("%s: %s", self.task_name, line)
-        return len(text)
-
-    def flush_line(self) -> None:
-        if self._partial:
-            log.info("%s: %s", self.task_name, self._partial)
-            self._partial = ""
-
-    def flush(self) -> None:
-        if threading.get_ident() != self.thread_id:
-            self.other.flush()
+        yield  # a generator: the driver runs when the StreamTask iterates read()

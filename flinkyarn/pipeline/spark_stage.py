@@ -25,7 +25,7 @@ Cancellation. The Spark jobs started in `finish()` carry a job tag of this subta
 watcher thread cancels them when the task is cancelled, so `finish()` returns promptly
 with Spark's cancellation error.
 
-Also here, for the TaskExecutor's SparkSessionProvider and PySparkScript:
+Also here, for the TaskExecutor's SparkSessionProvider:
 `spark_job_tag` (that cancellation) and `make_active` (makes a session the one
 `SparkSession.builder.getOrCreate()` returns).
 """

@@ -4,19 +4,15 @@ stages and unmodified PySpark scripts. One session serves the whole module (Spar
 
 from __future__ import annotations
 
-import logging
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from flinkyarn.configuration import ConfigurationError
-from flinkyarn.pipeline.pyspark_script import PySparkScript
 from flinkyarn.pipeline.spark_stage import SparkStage
 from taskexecutor.spark_bridge import MIB, SparkMemoryBudget, SparkSessionProvider
 
@@ -213,63 +209,3 @@ def test_cancelling_the_task_cancels_its_spark_job(provider, tmp_path):
         run_stage(endless, context, ORDERS.to_batches())
     assert time.monotonic() - started < 30
     assert provider.get().range(3).count() == 3  # the session is fine
-
-
-# --- PySpark scripts --------------------------------------------------------------------
-
-WORDCOUNT = '''\
-import sys
-from pyspark.sql import SparkSession
-
-spark = SparkSession.builder.appName("wordcount").getOrCreate()
-lines = spark.read.text(sys.argv[1])
-counts = lines.selectExpr("explode(split(value, ' ')) AS word").groupBy("word").count()
-counts.write.mode("overwrite").parquet(sys.argv[2])
-print("wrote", counts.count(), "words")
-spark.stop()
-'''
-
-
-def run_script(script: PySparkScript, context: Context) -> list:
-    script.open(context)
-    try:
-        return list(script.read())
-    finally:
-        script.close()
-
-
-def test_unmodified_script_writes_its_output_and_cannot_stop_the_shared_session(
-        provider, tmp_path, caplog):
-    from pyspark.sql import SparkSession
-    (tmp_path / "in.txt").write_text("a b a\nc a\n")
-    (tmp_path / "wordcount.py").write_text(WORDCOUNT)
-    # file:// URIs: like spark-submit, a script's bare paths mean fs.defaultFS (HDFS when
-    # a Hadoop configuration is present, as in integration/run-tests).
-    script = PySparkScript(tmp_path / "wordcount.py",
-                           [(tmp_path / "in.txt").as_uri(), (tmp_path / "out").as_uri()])
-    assert script.name == "Source: pyspark-script(wordcount.py)"
-    argv = list(sys.argv)
-    with caplog.at_level(logging.INFO, logger="flinkyarn.pyspark_script"):
-        assert run_script(script, Context(provider, str(tmp_path / "tmp"))) == []
-    counts = dict(zip(*pq.read_table(tmp_path / "out").to_pydict().values()))
-    assert counts == {"a": 3, "b": 1, "c": 1}
-    assert "spark task (1/1): wrote 3 words" in caplog.messages
-    spark = provider.get()
-    assert spark.range(5).count() == 5 and not spark.sparkContext._jsc.sc().isStopped()
-    assert not hasattr(SparkSession.stop, "__wrapped__") and sys.argv == argv
-
-
-def test_script_source_failures_and_exit_codes(provider, tmp_path):
-    context = Context(provider, str(tmp_path))
-    ok = PySparkScript("import sys\nfrom pyspark.sql import SparkSession\n"
-                       "with SparkSession.builder.getOrCreate() as spark:\n"
-                       "    assert spark.range(2).count() == 2\n"
-                       "assert sys.argv[1:] == ['x']\nsys.exit(0)\n", ["x"])
-    assert run_script(ok, context) == []
-    with pytest.raises(KeyError, match="broken"):
-        run_script(PySparkScript("raise KeyError('broken')\n", []), context)
-    with pytest.raises(RuntimeError, match="exited with status 3"):
-        run_script(PySparkScript("import sys\nsys.exit(3)\n", []), context)
-    with pytest.raises(FileNotFoundError, match="missing.py"):
-        run_script(PySparkScript(tmp_path / "missing.py", []), context)
-    assert provider.get().range(1).count() == 1

@@ -104,7 +104,8 @@ def test_api_overview_is_the_cluster_overview_with_each_jobs_details_newest_firs
         "end_time": T0 + 75, "failure_cause": "ValueError: bad row 7\n  at line 3",
         "vertices": [{"vertex_id": "v-read", "name": "read", "parallelism": 2, "state": "FAILED",
                       "state_counts": {"FAILED": 1, "CANCELED": 1}}],
-        "restarts": 0, "root_cause": None, "restart_history": [], "restart_limit": None}
+        "restarts": 0, "root_cause": None, "restart_history": [], "restart_limit": None,
+        "spark_application": None, "spark_tracking_url": None, "output_tail": ""}
     assert overview["task_executors"] == [{"resource_id": "te-1", "address": "127.0.0.1:4242", "slots": [
         {"index": 0, "state": "allocated", "job_id": "j-run"},
         {"index": 1, "state": "free", "job_id": None}]}]
@@ -213,3 +214,19 @@ def test_stop_is_idempotent_and_frees_the_port():
     (3 * 86400 + 7200, "3 d 02 h"), (-1, "0.0 s")])
 def test_durations_read_like_a_clock(seconds, text):
     assert _duration(seconds) == text
+
+
+def test_a_pyspark_job_shows_its_spark_application_and_the_tail_of_its_output():
+    import msgspec
+
+    script = msgspec.structs.replace(
+        job("j-py", "PySpark script pi.py", "RUNNING", T0),
+        spark_application="application_1_0002",
+        spark_tracking_url="http://rm:8088/proxy/application_1_0002/",
+        output_tail="Pi is roughly 3.14\n<script>alert(1)</script>")
+    html = page(FakeDispatcher([], [script]))
+
+    assert re.search(r'id="spark-j-py">Spark application <a href="http://rm:8088/proxy/'
+                     r'application_1_0002/">application_1_0002</a>', html)
+    assert "Pi is roughly 3.14\n&lt;script&gt;alert(1)&lt;/script&gt;</pre>" in html
+    assert "<script>alert(1)" not in html

@@ -27,7 +27,8 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (AcceptedSlots, DisconnectTaskManager,
                                            JobMasterGateway, OfferSlots, PartitionLocation,
-                                           RegisterTaskManager, RequestPartitionLocation,
+                                           RegisterTaskManager, ReportTaskOutput,
+                                           RequestPartitionLocation,
                                            SlotRequestFailed as SlotRequestFailedCall,
                                            TaskManagerRegistration, UpdateTaskExecutionState,
                                            job_master_endpoint)
@@ -46,6 +47,7 @@ from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
+from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState, JobStatus, SlotInfo
 from yarn_am.jobmaster.restart_strategy import RestartStrategyConfig
 from yarn_am.jobmaster.scheduler import Scheduler
@@ -124,6 +126,8 @@ class JobMaster(RpcEndpoint):
         self.start_time = time.time()
         self.end_time: float | None = None
         self._terminating = False
+        self.output = JobOutput()
+        self.spark_application: tuple[str, str] | None = None  # (id, tracking URL)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -211,6 +215,14 @@ class JobMaster(RpcEndpoint):
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
         self._run_scheduler(self.scheduler.task_state_changed(
             request.attempt_id, ExecutionState(request.state.value), request.error, self._now()))
+        return ACK
+
+    async def report_task_output(self, request: ReportTaskOutput) -> Ack:
+        check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        for chunk in request.chunks:
+            self.output.append("stderr" if chunk.stream == "stderr" else "stdout", chunk.text)
+        if request.spark_application:
+            self.spark_application = (request.spark_application, request.spark_tracking_url or "")
         return ACK
 
     async def request_partition_location(self, request: RequestPartitionLocation) -> PartitionLocation:

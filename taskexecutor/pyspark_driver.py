@@ -1,0 +1,439 @@
+"""Runs a PySpark script's driver as a process of its own, for the task of a
+PySparkScript (flinkyarn/pipeline/pyspark_script.py).
+
+    script text -> <task scratch>/script/NAME.py
+    python -m taskexecutor.pyspark_launcher TE_PID NAME.py ARGS
+        cwd:  settings.working_dir, or <task scratch>/work with --files and --archives
+        env:  PYSPARK_SUBMIT_ARGS="--master ... --conf ... pyspark-shell" (read by pyspark
+              when the script's SparkContext launches its JVM), PYSPARK_PYTHON (the
+              executors' interpreter), SPARK_LOCAL_IP (the TaskExecutor's host)
+
+- Output: the driver's stdout and stderr (its JVM inherits them) are read as they come,
+  appended to `pyspark-<job>.log` in the container's log folder and sent to the
+  JobMaster every 0.2 s, and once more, completely, before the task ends, so an
+  attached client has every line before it hears the result. Spark's own log goes to
+  `spark-<job>.log` beside it (log4j2), or, with pyspark.show-spark-logs, WARN and up
+  to stderr as spark-submit shows it.
+- The Spark application on YARN carries the tag `flinkyarn-task-<attempt>` (and
+  `flinkyarn-job-<job>` and our application's id); it is found by that tag through the
+  ResourceManager's REST API and reported to the JobMaster.
+- Cancel: SIGTERM to the driver's process group (the Python driver, its JVM, local
+  Python workers), SIGKILL after half of task.cancellation.timeout (at most 10 s), then
+  the Spark application is killed through the ResourceManager if it still runs. The
+  driver dies with the TaskExecutor too (parent-death signal, see the launcher).
+- Result: exit status 0 finishes the task. Any other fails it; the cause names the
+  status, the script's last traceback (from its stderr) and, if it ended badly, the
+  Spark application's final status and diagnostics.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import math
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flinkyarn import hadoop, options
+from flinkyarn.configuration import Configuration
+from flinkyarn.gateways.job_master import OutputChunk
+from taskexecutor.task import TaskCancelled
+
+if TYPE_CHECKING:
+    from flinkyarn.pipeline.pyspark_script import PySparkScript
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+FLUSH_INTERVAL = 0.2
+MAX_REPORT_CHARS = 512 * 1024
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+class PySparkScriptFailed(RuntimeError):
+    """The driver exited with a status other than 0."""
+
+
+def yarn_application_id(container_id: str) -> str | None:
+    """application_<cluster>_<n> of a container id (container_[e<epoch>_]<cluster>_<n>_...)."""
+    parts = container_id.split("_")
+    if len(parts) >= 5 and parts[0] == "container":
+        if parts[1].startswith("e") and len(parts) >= 6:
+            parts = [parts[0], *parts[2:]]
+        return f"application_{parts[1]}_{parts[2]}"
+    return None
+
+
+def last_traceback(lines: list[str], most: int = 30) -> str:
+    """The last Python traceback in `lines` (from its 'Traceback' line on), else the
+    last few lines."""
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith("Traceback (most recent call last)"):
+            return "\n".join(lines[index:][-most:])
+    return "\n".join(lines[-10:])
+
+
+def spark_master_url(master: str, cores: int) -> str:
+    return f"local[{cores}]" if master == "local" else master
+
+
+def log4j2_properties(log_file: Path, console: bool) -> str:
+    # The shell's logger at the root's level: Spark then leaves the console alone (no
+    # "Setting default log level" line).
+    lines = ["rootLogger.level = info",
+             "logger.repl.name = org.apache.spark.repl.Main",
+             "logger.repl.level = info",
+             "rootLogger.appenderRef.file.ref = file",
+             "appender.file.type = File",
+             "appender.file.name = file",
+             f"appender.file.fileName = {log_file}",
+             "appender.file.append = true",
+             "appender.file.layout.type = PatternLayout",
+             "appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"]
+    if console:
+        lines += ["rootLogger.appenderRef.console.ref = console",
+                  "appender.console.type = Console",
+                  "appender.console.name = console",
+                  "appender.console.target = SYSTEM_ERR",
+                  "appender.console.filter.threshold.type = ThresholdFilter",
+                  "appender.console.filter.threshold.level = warn",
+                  "appender.console.layout.type = PatternLayout",
+                  "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"]
+    return "\n".join(lines) + "\n"
+
+
+class PySparkDriver:
+    def __init__(self, script: "PySparkScript", context) -> None:
+        self.script = script
+        self.settings = script.settings
+        self.context = context
+        environment = context.environment
+        self.conf = environment.conf if environment.conf is not None else Configuration({})
+        self.te_tmp = Path(environment.tmp_dir)
+        self.tag = f"flinkyarn-task-{context.attempt_id}"
+        self._pending: list[OutputChunk] = []
+        self._pending_lock = threading.Lock()
+        self._report_lock = threading.Lock()
+        self._stderr_tail: deque[str] = deque(maxlen=300)
+        self._log_file = None
+        self._ended = threading.Event()
+        self.spark_application: dict | None = None
+        self._filesystem = None
+
+    # ------------------------------------------------------------------ set-up
+
+    @property
+    def yarn(self) -> bool:
+        return self.settings.master == "yarn"
+
+    def _slot_share(self) -> tuple[int, int]:
+        """(cores, memory bytes) of one slot of this TaskExecutor."""
+        slots = self.conf.get(options.NUM_TASK_SLOTS)
+        cores = max(1, math.floor(self.conf.get(options.TASK_MANAGER_CPU_CORES) / slots))
+        return cores, self.conf.get(options.TASK_MANAGER_PROCESS_MEMORY) // slots
+
+    def _log_dir(self) -> Path:
+        dirs = os.environ.get("LOG_DIRS", "")
+        folder = Path(dirs.split(",")[0]) if dirs else self.te_tmp / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def spark_conf(self, work: Path, log_dir: Path) -> dict[str, str]:
+        """Our settings, under what the user set (--conf and the options standing for it)."""
+        cores, memory = self._slot_share()
+        host = self.conf.get(options.TASK_MANAGER_HOST)
+        (work / "log4j2.properties").write_text(log4j2_properties(
+            log_dir / f"spark-{self.context.job_id}.log", self.settings.show_spark_logs))
+        java = [f"-Dlog4j2.configurationFile=file:{work / 'log4j2.properties'}",
+                f"-Djava.io.tmpdir={work / 'tmp'}", "-XX:-UsePerfData"]
+        user = dict(self.settings.spark_conf)
+        conf = {
+            "spark.driver.host": host,
+            "spark.driver.bindAddress": host,
+            "spark.driver.memory": f"{max(512, memory // 2 // MIB)}m",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.local.dir": str(work / "local"),
+        }
+        if self.yarn:
+            tags = [self.tag, f"flinkyarn-job-{self.context.job_id}"]
+            app = yarn_application_id(os.environ.get("CONTAINER_ID", ""))
+            if app:
+                tags.append(app)
+            conf["spark.yarn.tags"] = ",".join([*tags, *filter(None, user.pop(
+                "spark.yarn.tags", "").split(","))])
+            archive = self.conf.get(options.PYSPARK_PYTHON_ARCHIVE)
+            archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
+            if archives:
+                conf["spark.yarn.dist.archives"] = ",".join(archives)
+            if "spark.executor.instances" not in user:
+                conf.update({"spark.dynamicAllocation.enabled": "true",
+                             "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+                             "spark.dynamicAllocation.minExecutors": "0",
+                             "spark.dynamicAllocation.initialExecutors": "2"})
+        else:
+            conf["spark.default.parallelism"] = str(cores * 2)
+            conf["spark.sql.shuffle.partitions"] = str(cores * 2)
+        if user.get("spark.driver.extraJavaOptions"):
+            java = [*shlex.split(user.pop("spark.driver.extraJavaOptions")), *java]
+        conf["spark.driver.extraJavaOptions"] = shlex.join(java)
+        conf.update(user)
+        return conf
+
+    def submit_args(self, conf: dict[str, str]) -> str:
+        cores, _ = self._slot_share()
+        args = ["--master", spark_master_url(self.settings.master, cores)]
+        if self.yarn:
+            args += ["--deploy-mode", "client"]
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        return shlex.join([*args, "pyspark-shell"])
+
+    def environment(self, conf: dict[str, str], work: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR"):
+            env.pop(key, None)
+        host = self.conf.get(options.TASK_MANAGER_HOST)
+        env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(work / "tmp"),
+                    "SPARK_LOCAL_IP": host, "SPARK_LOCAL_HOSTNAME": host,
+                    "PYSPARK_SUBMIT_ARGS": self.submit_args(conf)})
+        if self.yarn:
+            if not (env.get("HADOOP_CONF_DIR") or env.get("YARN_CONF_DIR")):
+                raise PySparkScriptFailed("pyspark.master=yarn needs the Hadoop configuration "
+                                          "(HADOOP_CONF_DIR) where the TaskExecutor runs")
+            env["PYSPARK_PYTHON"] = self.conf.get(options.PYSPARK_PYTHON) or sys.executable
+        else:
+            env["PYSPARK_PYTHON"] = sys.executable
+        env.update(self.settings.environment)
+        return env
+
+    def _fetch(self, url: str, target: Path) -> Path:
+        """A copy (hdfs://) or a link (a local path) of `url` at `target`."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if url.startswith("hdfs://"):
+            if self._filesystem is None:
+                self._filesystem = hadoop.hdfs()
+            self._filesystem.get(hadoop.hdfs_path(url), str(target))
+        else:
+            target.symlink_to(Path(url).resolve())
+        return target
+
+    def _prepare_working_dir(self, work: Path) -> Path:
+        """The driver's folder, with --files and --archives, as spark-submit's cluster
+        mode gives them to its driver; --py-files into `work/py-files`."""
+        if self.settings.working_dir:
+            return Path(self.settings.working_dir)
+        folder = work / "work"
+        folder.mkdir(parents=True, exist_ok=True)
+        for spec in self.settings.files:
+            url, _, name = spec.partition("#")
+            self._fetch(url, folder / (name or Path(url).name))
+        for url, name in self.settings.archives:
+            local = self._fetch(url, work / "tmp" / "archives" / Path(url).name)
+            shutil.unpack_archive(str(local), str(folder / name))
+        return folder
+
+    def _python_path(self, work: Path) -> list[str]:
+        entries = []
+        for spec in self.settings.py_files:
+            url, _, name = spec.partition("#")
+            local = self._fetch(url, work / "py-files" / (name or Path(url).name))
+            entries.append(str(local.parent if local.suffix == ".py" else local))
+        return list(dict.fromkeys(entries))
+
+    # --------------------------------------------------------------------- output
+
+    def _pump(self, stream, name: str) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        partial = ""
+        while True:
+            data = os.read(stream.fileno(), 65536)
+            text = decoder.decode(data, final=not data)
+            if text:
+                self._log_file.write(text)
+                self._log_file.flush()
+                with self._pending_lock:
+                    self._pending.append(OutputChunk(name, text))
+                if name == "stderr":
+                    *lines, partial = (partial + text).split("\n")
+                    self._stderr_tail.extend(lines)
+            if not data:
+                if partial and name == "stderr":
+                    self._stderr_tail.append(partial)
+                return
+
+    def _flush(self, spark: dict | None = None) -> None:
+        """Sends what is pending (in pieces of at most MAX_REPORT_CHARS), in order."""
+        with self._report_lock:
+            with self._pending_lock:
+                pending, self._pending = self._pending, []
+            batches, batch, size = [], [], 0
+            for chunk in pending:
+                if batch and batch[-1].stream == chunk.stream and size + len(chunk.text) <= MAX_REPORT_CHARS:
+                    batch[-1] = OutputChunk(chunk.stream, batch[-1].text + chunk.text)
+                elif batch and size + len(chunk.text) > MAX_REPORT_CHARS:
+                    batches.append(batch)
+                    batch, size = [chunk], 0
+                else:
+                    batch.append(chunk)
+                size += len(chunk.text)
+            if batch:
+                batches.append(batch)
+            if spark is not None and not batches:
+                batches.append([])
+            for index, chunks in enumerate(batches):
+                info = spark if index == 0 and spark is not None else {}
+                try:
+                    self.context.report_output(chunks, info.get("id"), info.get("trackingUrl"))
+                except Exception as error:  # the JobMaster may be gone; the log has it all
+                    log.warning("could not send the output of %s: %s", self.script.name, error)
+                    return
+
+    def _flusher(self) -> None:
+        while not self._ended.wait(FLUSH_INTERVAL):
+            self._flush()
+
+    def _find_spark_application(self) -> None:
+        """Polls the ResourceManager for the application tagged with this attempt."""
+        while not self._ended.wait(1.0):
+            try:
+                found = hadoop.applications_tagged(self.tag)
+            except (OSError, ValueError) as error:
+                log.debug("cannot ask the ResourceManager for %s: %s", self.tag, error)
+                continue
+            if found:
+                self.spark_application = found[0]
+                self._flush(self.spark_application)
+                return
+
+    # ------------------------------------------------------------------------ run
+
+    def run(self) -> None:
+        work = Path(self.context.tmp_dir)
+        for folder in ("script", "tmp", "local"):
+            (work / folder).mkdir(parents=True, exist_ok=True)
+        script = work / "script" / self.script.script_name
+        script.write_text(self.script.source, encoding="utf-8")
+        log_dir = self._log_dir()
+        conf = self.spark_conf(work, log_dir)
+        env = self.environment(conf, work)
+        cwd = self._prepare_working_dir(work)
+        python_path = self._python_path(work)
+        if python_path:
+            env["PYTHONPATH"] = os.pathsep.join([*python_path, *filter(None, [env.get("PYTHONPATH")])])
+        command = [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
+                   str(script), *self.script.args]
+        self._log_file = open(log_dir / f"pyspark-{self.context.job_id}.log", "a",
+                              encoding="utf-8")
+        log.info("%s: starting the driver (master %s) in %s", self.script.name,
+                 self.settings.master, cwd)
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   process_group=0)
+        threads = [threading.Thread(target=self._pump, args=(process.stdout, "stdout"), daemon=True),
+                   threading.Thread(target=self._pump, args=(process.stderr, "stderr"), daemon=True),
+                   threading.Thread(target=self._flusher, daemon=True)]
+        if self.yarn:
+            threads.append(threading.Thread(target=self._find_spark_application, daemon=True))
+        for thread in threads:
+            thread.start()
+        self.context.on_cancel(lambda: _signal_group(process.pid, signal.SIGTERM))
+        try:
+            code = self._wait(process)
+        finally:
+            self._ended.set()
+            for thread in threads[:2]:
+                thread.join(timeout=10)
+            self._flush()
+            self._log_file.close()
+            process.stdout.close()
+            process.stderr.close()
+        spark_end = self._end_spark_application(cancelled=self.context.is_cancelled())
+        if self.context.is_cancelled():
+            raise TaskCancelled()
+        if code != 0:
+            cause = f"the script exited with status {code}"
+            if code < 0:
+                cause = f"the script was killed by signal {-code}"
+            detail = last_traceback(list(self._stderr_tail))
+            raise PySparkScriptFailed(f"{cause}{spark_end}" + (f"\n{detail}" if detail else ""))
+
+    def _grace(self) -> float:
+        return min(10.0, self.conf.get(options.TASK_CANCELLATION_TIMEOUT) / 2)
+
+    def _wait(self, process: subprocess.Popen) -> int:
+        """Waits for the driver; on cancel, ends its process group (TERM, then KILL).
+        After the driver exited, what it left in its group gets the grace period to end
+        (its JVM ends when its stdin closes), then is killed."""
+        killed_at = None
+        while process.poll() is None:
+            if self.context.is_cancelled():
+                if killed_at is None:
+                    _signal_group(process.pid, signal.SIGTERM)
+                    killed_at = time.monotonic()
+                elif time.monotonic() - killed_at > self._grace():
+                    _signal_group(process.pid, signal.SIGKILL)
+            time.sleep(0.05)
+        deadline = time.monotonic() + (0 if self.context.is_cancelled() else self._grace())
+        while _group_alive(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(process.pid, signal.SIGKILL)
+        return process.returncode
+
+    def _end_spark_application(self, cancelled: bool) -> str:
+        """Makes sure the Spark application ended; returns what the failure cause should
+        say of it (empty if it succeeded or was never started)."""
+        if not self.yarn:
+            return ""
+        app = self.spark_application
+        if app is None:
+            try:
+                found = hadoop.applications_tagged(self.tag)
+            except (OSError, ValueError):
+                return ""
+            if not found:
+                return ""
+            app = self.spark_application = found[0]
+            self._flush(app)
+        app_id = app["id"]
+        try:
+            deadline = time.monotonic() + (0 if cancelled else 5.0)
+            report = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}")["app"]
+            while report["state"] not in TERMINAL and time.monotonic() < deadline:
+                time.sleep(0.2)
+                report = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}")["app"]
+            if report["state"] not in TERMINAL:
+                log.info("killing Spark application %s of %s", app_id, self.script.name)
+                hadoop.kill_application(app_id)
+                return f" (Spark application {app_id} killed)"
+        except (OSError, ValueError, KeyError) as error:
+            log.warning("cannot end Spark application %s: %s", app_id, error)
+            return f" (Spark application {app_id}: its state is unknown: {error})"
+        if report.get("finalStatus") in ("FAILED", "KILLED"):
+            diagnostics = (report.get("diagnostics") or "").strip()
+            return (f" (Spark application {app_id} {report['finalStatus']}"
+                    f"{': ' + diagnostics.splitlines()[0] if diagnostics else ''})")
+        return ""
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

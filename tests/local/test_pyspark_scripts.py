@@ -1,0 +1,216 @@
+"""Unmodified PySpark scripts as jobs on the local target: Spark's own examples, as the
+installed pyspark ships them, show on the user's terminal what `python script.py`
+shows; each script is its own driver process (its own SparkContext, sys.argv, exit
+status), several run side by side in one TaskExecutor, and a cancelled one leaves no
+process behind."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from tests.local.conftest import processes_mentioning, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = Path(pyspark.__file__).resolve().parent / "examples" / "src" / "main" / "python"
+DATA = Path(pyspark.__file__).resolve().parent / "data"
+FAST = ["-D", "heartbeat.interval=500 ms", "-D", "heartbeat.timeout=5 s"]
+
+# Spark's examples read these (Spark's source tree has them; the pip package does not).
+PEOPLE_JSON = '{"name":"Michael"}\n{"name":"Andy", "age":30}\n{"name":"Justin", "age":19}\n'
+PEOPLE_TXT = "Michael, 29\nAndy, 30\nJustin, 19\n"
+TEXT = "the quick brown fox\njumps over the lazy dog\nthe dog barks\n"
+NUMBERS = "30\n4\n100\n-2\n17\n4\n"
+LINKS = "1 2\n1 3\n1 4\n2 1\n3 1\n4 1\n"
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A folder like Spark's source tree, where the examples' relative paths resolve."""
+    (tmp_path / "data").symlink_to(DATA)
+    resources = tmp_path / "examples" / "src" / "main" / "resources"
+    resources.mkdir(parents=True)
+    (resources / "people.json").write_text(PEOPLE_JSON)
+    (resources / "people.txt").write_text(PEOPLE_TXT)
+    (tmp_path / "text.txt").write_text(TEXT)
+    (tmp_path / "numbers.txt").write_text(NUMBERS)
+    (tmp_path / "links.txt").write_text(LINKS)
+    return tmp_path
+
+
+def environment(tmp_path: Path) -> dict[str, str]:
+    # No Hadoop configuration: relative paths mean the local folder, as for `python`.
+    env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
+    return dict(env, TMPDIR=str(tmp_path))
+
+
+def flinkyarn_command(*args) -> list[str]:
+    return [sys.executable, "-m", "yarn_client", "run", "-t", "local", "--pyspark", *FAST, *args]
+
+
+def without_spark_noise(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def word_counts(text: str) -> list[str]:
+    counts = collections.Counter(word for line in text.splitlines() for word in line.split(" "))
+    return sorted(f"{word}: {count}" for word, count in counts.items())
+
+
+# (script, its arguments, how the two outputs are compared)
+#   "same":    line for line, as `python script.py` prints it
+#   "sorted":  the same lines, in any order (Spark's collect order of a shuffle)
+#   a callable: checks flinkyarn's stdout alone (the script randomizes or times)
+EXAMPLES_RUN = [
+    ("pi.py", ["2"], lambda out: re.fullmatch(r"Pi is roughly 3\.1\d*", out.strip())),
+    ("wordcount.py", ["text.txt"], lambda out: sorted(out.splitlines()) == word_counts(TEXT)),
+    ("sort.py", ["numbers.txt"],
+     lambda out: out.splitlines() == [str(n) for n in sorted(int(x) for x in NUMBERS.split())]),
+    ("pagerank.py", ["links.txt", "3"], "sorted"),
+    ("sql/basic.py", [], "same"),
+    ("sql/arrow.py", [], "same"),
+    ("ml/pipeline_example.py", [], "same"),
+    ("mllib/correlations_example.py", [], "same"),  # SparkContext(appName=...) style
+    ("status_api_demo.py", ["--master", "local[10]"],
+     lambda out: "Job results are: [(0, 1), (1, 1)" in out and "status:  RUNNING" in out),
+]
+
+
+@pytest.mark.parametrize("script,args,compare", EXAMPLES_RUN,
+                         ids=[name for name, _, _ in EXAMPLES_RUN])
+def test_spark_examples_show_what_python_shows(workdir, script, args, compare):
+    env = environment(workdir)
+    options = [a for a in args if a.startswith("--") or a.startswith("local[")]
+    script_args = [a for a in args if a not in options]
+    reference = None
+    if isinstance(compare, str):  # the reference runs beside ours (two cores)
+        reference = subprocess.Popen([sys.executable, str(EXAMPLES / script), *script_args],
+                                     cwd=workdir, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+    ours = subprocess.run(flinkyarn_command(*options, str(EXAMPLES / script), *script_args),
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert ours.returncode == 0, ours.stderr[-3000:]
+    # What the script printed is on stdout, unprefixed; our progress and the result line
+    # are on stderr, apart from the result line flinkyarn prints last.
+    printed = ours.stdout.rsplit("Job ", 1)[0] if "\nJob " in ours.stdout else ours.stdout
+    assert re.search(r"Job \w+ FINISHED", ours.stdout)
+    if reference is not None:
+        expected, errors = reference.communicate(timeout=300)
+        assert reference.returncode == 0, errors[-2000:]
+        if compare == "same":
+            assert without_spark_noise(printed) == without_spark_noise(expected)
+        else:
+            assert sorted(without_spark_noise(printed)) == sorted(without_spark_noise(expected))
+    else:
+        assert compare(printed), printed
+    assert processes_mentioning(str(workdir)) == []
+
+
+SLOW_SCRIPT = """\
+import sys, time
+from pyspark import SparkContext
+sc = SparkContext(appName=sys.argv[1])      # its own SparkContext
+print("started", sys.argv[1], flush=True)
+while not __import__("os").path.exists(sys.argv[2]):
+    time.sleep(0.2)
+print(sys.argv[1], "sum", sc.parallelize(range(100)).sum(), flush=True)
+sc.stop()
+sys.exit(int(sys.argv[3]))
+"""
+
+
+def test_two_scripts_side_by_side_exit_status_and_cancel(tmp_path):
+    """One TaskExecutor of two slots runs two drivers at once, each with its own
+    SparkContext; exit status 3 fails its job and names the status; a cancelled driver
+    leaves no process behind."""
+    from yarn_client.local_cluster import LocalCluster
+    from yarn_client.rest_client import RestClient  # noqa: F401 (the cluster's client)
+    from yarn_client.programs import pyspark_job_graph
+    from flinkyarn.configuration import Configuration
+    from flinkyarn.pipeline.pyspark_script import PySparkSettings
+
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_SCRIPT)
+    go = tmp_path / "go"
+    conf = Configuration.load(overrides={"taskmanager.numberOfTaskSlots": "2",
+                                         "resourcemanager.local.max-taskmanagers": "1",
+                                         "heartbeat.interval": "500 ms",
+                                         "heartbeat.timeout": "5 s"})
+    settings = PySparkSettings(master="local", working_dir=str(tmp_path))
+    with LocalCluster(conf) as cluster:
+        rest = cluster.rest
+        first = rest.submit(pyspark_job_graph(script, ("first", str(go), "0"), settings))
+        second = rest.submit(pyspark_job_graph(script, ("second", str(go), "3"), settings))
+        third = None
+
+        def printed(job: str) -> str:
+            return "".join(line.text for line in rest.output(job).lines)
+
+        wait_for(lambda: "started first" in printed(first) and "started second" in printed(second),
+                 timeout=120, what="both drivers started")
+        overview = rest.overview()
+        assert len(overview.task_executors) == 1  # both in one TaskExecutor
+        go.write_text("")
+        wait_for(lambda: rest.job(first).status in ("FINISHED", "FAILED") and
+                 rest.job(second).status in ("FINISHED", "FAILED"), timeout=120, what="both ended")
+        assert rest.job(first).status == "FINISHED", rest.job(first).failure_cause
+        assert "first sum 4950" in printed(first)
+        failed = rest.job(second)
+        assert failed.status == "FAILED"
+        assert "the script exited with status 3" in failed.failure_cause
+        assert "second sum 4950" in printed(second)
+
+        go.unlink()
+        third = rest.submit(pyspark_job_graph(script, ("third", str(go), "0"), settings))
+        wait_for(lambda: "started third" in printed(third), timeout=120, what="third started")
+        assert processes_mentioning("slow.py")  # the driver runs
+        rest.cancel(third)
+        wait_for(lambda: rest.job(third).status == "CANCELED", timeout=60, what="cancelled")
+        wait_for(lambda: processes_mentioning("slow.py") == [], timeout=10,
+                 what="no driver left")
+        assert processes_mentioning("org.apache.spark.deploy.SparkSubmit") == []
+
+
+def test_a_failing_script_fails_its_job_with_its_traceback(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("import sys\nprint('before', sys.argv[1:])\n"
+                      "def parse(x):\n    raise ValueError(f'bad record {x!r}')\nparse('z')\n")
+    env = environment(tmp_path)
+    result = subprocess.run(flinkyarn_command(str(script), "a", "b"), cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stdout.startswith("before ['a', 'b']\n")
+    assert "Traceback (most recent call last)" in result.stderr  # streamed as written
+    assert "FAILED" in result.stdout
+    cause = result.stdout.split("cause:", 1)[1]
+    assert "the script exited with status 1" in cause
+    assert "ValueError: bad record 'z'" in cause and "in parse" in cause
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--jars", "x.jar"], "no such option: --jars (pass jars with --conf spark.jars"),
+    (["--deploy-mode", "client"], "--deploy-mode client"),
+    (["--conf", "nokey"], "--conf 'nokey': expected KEY=VALUE"),
+    (["--conf", "x.y=1"], "start with 'spark.'"),
+    (["--executor-memory", "lots"], "not a memory size"),
+    (["--master", "yarn"], "master yarn needs a YARN target"),
+    (["--num-executors", "0"], "--num-executors must be at least 1"),
+])
+def test_spark_submit_options_that_do_not_hold_are_named(tmp_path, args, message):
+    script = tmp_path / "s.py"
+    script.write_text("print('never')\n")
+    result = subprocess.run([sys.executable, "-m", "yarn_client", "run", "-t", "local",
+                             "--pyspark", *args, str(script)], capture_output=True, text=True,
+                            cwd=tmp_path, env=environment(tmp_path), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "never" not in result.stdout

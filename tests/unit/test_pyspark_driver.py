@@ -1,0 +1,102 @@
+"""The pure parts of running PySpark scripts: the bounded output log of a job, what an
+attached client prints of it, spark-submit's options, and the driver's helpers."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
+from taskexecutor.pyspark_driver import last_traceback, log4j2_properties, yarn_application_id
+from yarn_am.jobmaster.job_output import JobOutput
+from yarn_client.executors import OutputPrinter
+from yarn_client.spark_submit import (SparkSubmitError, SparkSubmitOptions, master, memory_mib,
+                                      spark_conf)
+
+
+def test_output_is_read_after_the_last_number_seen_and_bounded():
+    output = JobOutput(limit_chars=10)
+    output.append("stdout", "abc\n")
+    output.append("stderr", "warn\n")
+    first = output.read(0, now=1.0)
+    assert [(l.seq, l.stream, l.text) for l in first.lines] == [(0, "stdout", "abc\n"),
+                                                                 (1, "stderr", "warn\n")]
+    assert first.next == 2 and first.missed == 0
+    assert output.read(first.next, now=2.0).lines == []
+    output.append("stdout", "0123456789\n")   # over the bound: the oldest go
+    late = output.read(2, now=3.0)
+    assert [l.text for l in late.lines] == ["0123456789\n"]
+    fresh = output.read(0, now=4.0)           # a reader from the start missed some
+    assert fresh.missed == 9 and fresh.lines[0].seq == 2
+    assert output.read_up_to == 2 and output.last_read == 4.0
+
+
+def test_tail_is_the_last_lines_of_both_streams():
+    output = JobOutput()
+    for i in range(30):
+        output.append("stdout" if i % 2 else "stderr", f"line {i}\n")
+    assert output.tail(3) == "line 27\nline 28\nline 29"
+    assert JobOutput().tail() == ""
+
+
+class Pages:
+    def __init__(self, *views: JobOutputView) -> None:
+        self.views = list(views)
+        self.asked: list[int] = []
+
+    def output(self, job_id: str, after: int) -> JobOutputView:
+        self.asked.append(after)
+        return self.views.pop(0) if self.views else JobOutputView([], after)
+
+
+def test_the_client_writes_each_stream_where_it_belongs_unprefixed():
+    rest = Pages(JobOutputView([OutputLine(0, "stdout", "Pi is "), OutputLine(1, "stderr", "oops\n")], 2),
+                 JobOutputView([OutputLine(2, "stdout", "roughly 3.14\n")], 3, missed=0))
+    stdout, stderr = io.StringIO(), io.StringIO()
+    OutputPrinter(rest, "j", stdout, stderr).pump()
+    assert stdout.getvalue() == "Pi is roughly 3.14\n"
+    assert stderr.getvalue() == "oops\n"
+    assert rest.asked == [0, 2, 3]
+
+
+def test_a_reader_that_fell_behind_is_told():
+    stderr = io.StringIO()
+    OutputPrinter(Pages(JobOutputView([OutputLine(7, "stdout", "x\n")], 8, missed=120)), "j",
+                  io.StringIO(), stderr).pump()
+    assert "120 characters of output were dropped" in stderr.getvalue()
+
+
+def test_spark_submit_options_become_spark_settings():
+    submit = SparkSubmitOptions(confs=("spark.sql.shuffle.partitions=7", "spark.x=a=b"),
+                                num_executors=2, executor_cores=3, executor_memory="2g",
+                                driver_memory="1536m", name="pi", queue="etl")
+    assert spark_conf(submit, {"spark.y": "1", "taskmanager.x": "2"}) == {
+        "spark.y": "1", "spark.sql.shuffle.partitions": "7", "spark.x": "a=b",
+        "spark.executor.instances": "2", "spark.executor.cores": "3",
+        "spark.executor.memory": "2g", "spark.driver.memory": "1536m", "spark.app.name": "pi",
+        "spark.yarn.queue": "etl"}
+    assert memory_mib("2g", "--x") == 2048 and memory_mib("512m", "--x") == 512
+    assert memory_mib("1024", "--x") == 1024
+    assert master(SparkSubmitOptions(), {}, yarn_target=True) == "yarn"
+    assert master(SparkSubmitOptions(), {}, yarn_target=False) == "local"
+    assert master(SparkSubmitOptions(), {"pyspark.master": "local"}, yarn_target=True) == "local"
+    assert master(SparkSubmitOptions(master="local[3]"), {}, yarn_target=False) == "local[3]"
+    with pytest.raises(SparkSubmitError, match="unknown Spark master 'mesos://x'"):
+        master(SparkSubmitOptions(master="mesos://x"), {}, yarn_target=True)
+
+
+def test_driver_helpers():
+    assert yarn_application_id("container_1795449200548_0003_01_000002") == \
+        "application_1795449200548_0003"
+    assert yarn_application_id("container_e17_1795449200548_0003_01_000002") == \
+        "application_1795449200548_0003"
+    assert yarn_application_id("") is None
+    lines = ["noise", "Traceback (most recent call last):", '  File "a.py", line 1',
+             "ValueError: first", "more", "Traceback (most recent call last):",
+             '  File "b.py", line 2', "KeyError: 'second'"]
+    assert last_traceback(lines) == "\n".join(lines[5:])
+    assert last_traceback(["a", "b"]) == "a\nb"
+    quiet = log4j2_properties("/logs/spark-j.log", console=False)
+    assert "fileName = /logs/spark-j.log" in quiet and "Console" not in quiet
+    assert "threshold.level = warn" in log4j2_properties("/l", console=True)

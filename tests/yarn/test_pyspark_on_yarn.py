@@ -1,0 +1,193 @@
+"""PySpark scripts as real Spark applications on the two-node test cluster: submitted
+into one session, each script's driver runs in a slot and Spark's own YARN backend asks
+YARN for its executors (from the HDFS cache: no jars uploaded per job); the script's
+output reaches the client's terminal; `list` and `logs` show the Spark application;
+a cancelled script leaves no driver, no executor and no Spark application behind."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyspark
+import pytest
+
+import local_hadoop
+from flinkyarn import hadoop
+from tests.local.conftest import processes_mentioning, wait_for
+from tests.yarn.test_shipping_on_yarn import application_logs, flinkyarn
+from yarn_client import yarn_cluster
+
+EXAMPLES = Path(pyspark.__file__).resolve().parent / "examples" / "src" / "main" / "python"
+TAG = f"flinkyarn-test-{uuid.uuid4().hex[:8]}"
+FAST = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s"]
+PEOPLE_JSON = '{"name":"Michael"}\n{"name":"Andy", "age":30}\n{"name":"Justin", "age":19}\n'
+PEOPLE_TXT = "Michael, 29\nAndy, 30\nJustin, 19\n"
+TEXT = "the quick brown fox\njumps over the lazy dog\nthe dog barks\n"
+# Executors so large (2816 MB heap + 384 MB overhead = 3200 MB) that no node (6144 MB)
+# holds two, while any node holds one beside the session's containers (AppMaster 768,
+# TaskExecutor 1280, Spark's AppMaster 896: 2944 MB): two executors are on two nodes.
+SPREAD = ["--num-executors", "2", "--executor-memory", "2816m"]
+
+
+@pytest.fixture(scope="module")
+def session(hadoop):
+    """One session for the module's scripts, and their inputs on HDFS, where Spark's
+    relative paths point (the user's home folder)."""
+    home = f"/user/{os.environ.get('USER') or 'root'}"
+    resources = f"{home}/examples/src/main/resources"
+    subprocess.run(["hdfs", "dfs", "-mkdir", "-p", resources], check=True)
+    for name, text in (("people.json", PEOPLE_JSON), ("people.txt", PEOPLE_TXT)):
+        subprocess.run(["hdfs", "dfs", "-put", "-f", "-", f"{resources}/{name}"],
+                       input=text, text=True, check=True)
+    started = flinkyarn("session", "start", *FAST, "--tags", TAG,
+                        "-D", "taskmanager.memory.process.size=1280 mb")
+    assert started.returncode == 0, started.stderr[-4000:]
+    app_id = started.stdout.strip().splitlines()[-1]
+    yield app_id
+    flinkyarn("session", "stop", app_id)
+    leftovers = yarn_cluster.flinkyarn_applications(tag=TAG)
+    for app in leftovers:
+        yarn_cluster.kill(app["id"])
+    assert leftovers == [], f"applications left running: {[a['id'] for a in leftovers]}"
+
+
+def submit(app_id: str, *args, timeout=600):
+    return flinkyarn("run", "-t", "yarn-session", "--application-id", app_id, "--pyspark",
+                     *args, timeout=timeout)
+
+
+def spark_application(stderr: str) -> str:
+    found = re.findall(r"Spark application (application_\d+_\d+): (\S*)", stderr)
+    assert found, stderr[-3000:]
+    return found[-1][0]
+
+
+def reference_output(script: str, tmp_path: Path) -> str:
+    """What `python script.py` prints, in a folder like Spark's source tree."""
+    resources = tmp_path / "examples" / "src" / "main" / "resources"
+    resources.mkdir(parents=True, exist_ok=True)
+    (resources / "people.json").write_text(PEOPLE_JSON)
+    (resources / "people.txt").write_text(PEOPLE_TXT)
+    env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
+    result = subprocess.run([sys.executable, str(EXAMPLES / script)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def printed(stdout: str) -> list[str]:
+    """The script's lines on stdout: all but flinkyarn's result line at the end."""
+    return [line for line in stdout.splitlines()
+            if line.strip() and not re.match(r"Job \w+ (FINISHED|FAILED|CANCELED) in", line)]
+
+
+def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path):
+    # pi.py with two executors: one on each node, YARN's container reports say.
+    pi = submit(session, *SPREAD, str(EXAMPLES / "pi.py"), "4")
+    assert pi.returncode == 0, pi.stderr[-4000:]
+    assert re.fullmatch(r"Pi is roughly 3\.1\d*", "\n".join(printed(pi.stdout))), pi.stdout
+    spark_app = spark_application(pi.stderr)
+    report = yarn_cluster.application_report(spark_app)
+    assert report["finalStatus"] == "SUCCEEDED" and report["applicationType"] == "SPARK"
+    assert session.lower() in report["applicationTags"].split(",")
+    assert report["queue"].endswith("default")
+    logs = application_logs(spark_app, "Container: container_", 3)
+    hosts = {host for container, host in re.findall(
+        r"Container: (container_\w+) on ([\d.]+)_\d+", logs) if not container.endswith("_000001")}
+    assert len(hosts) == 2, f"executors on {hosts}"
+
+    # wordcount.py: exact counts, on a file of HDFS.
+    base = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
+    subprocess.run(["hdfs", "dfs", "-mkdir", "-p", base], check=True)
+    subprocess.run(["hdfs", "dfs", "-put", "-", f"{base}/text.txt"], input=TEXT, text=True,
+                   check=True)
+    words = submit(session, str(EXAMPLES / "wordcount.py"), f"{base}/text.txt")
+    assert words.returncode == 0, words.stderr[-4000:]
+    counts = collections.Counter(w for line in TEXT.splitlines() for w in line.split(" "))
+    assert sorted(printed(words.stdout)) == sorted(f"{w}: {n}" for w, n in counts.items())
+
+    # sql/basic.py: what `python sql/basic.py` shows, with its files on HDFS.
+    basic = submit(session, str(EXAMPLES / "sql" / "basic.py"))
+    assert basic.returncode == 0, basic.stderr[-4000:]
+    assert printed(basic.stdout) == printed(reference_output("sql/basic.py", tmp_path))
+
+    # list shows the job's Spark application; logs --job prints what the script printed.
+    listed = flinkyarn("list", session)
+    assert listed.returncode == 0, listed.stderr
+    assert spark_app in listed.stdout
+    job_id = re.search(r"submitted job (\w+) \(PySpark script pi.py\)", pi.stderr)[1]
+    job_logs = flinkyarn("logs", session, "--job", job_id)
+    assert job_logs.returncode == 0, job_logs.stderr[-2000:]
+    assert f"LogType:pyspark-{job_id}.log" in job_logs.stdout
+    assert "Pi is roughly" in job_logs.stdout
+    # The driver's Spark log: Spark's jars and the environment came from the HDFS cache.
+    assert re.search(r"Not copying hdfs://\S+/cache/spark-jars-", job_logs.stdout)
+    assert re.search(r"Not copying hdfs://\S+/cache/environment-", job_logs.stdout)
+    assert not re.search(r"Uploading resource file:\S+(jars|\.tar)", job_logs.stdout)
+
+
+EXITS = """\
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.appName("exits").getOrCreate()
+print("counted", spark.range(10).count(), flush=True)
+sys.exit(3)
+"""
+
+WAITS = """\
+import sys, time
+from pyspark import SparkContext
+sc = SparkContext(appName="waits")
+print("started", flush=True)
+while True:
+    sc.parallelize(range(4), 2).map(lambda x: time.sleep(1) or x).sum()
+"""
+
+
+def test_exit_status_fails_the_job_and_cancel_leaves_nothing(session, tmp_path):
+    exits = tmp_path / "exits.py"
+    exits.write_text(EXITS)
+    failed = submit(session, "-D", "pyspark.master=local", str(exits))
+    assert failed.returncode == 1
+    assert "counted 10" in failed.stdout
+    assert "the script exited with status 3" in failed.stdout
+
+    waits = tmp_path / "waits.py"
+    waits.write_text(WAITS)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session", "--application-id",
+         session, "--pyspark", str(waits)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        def running_spark_app():
+            for job in yarn_cluster.connect(session).jobs().jobs:
+                details = yarn_cluster.connect(session).job(job.job_id)
+                if job.name == "PySpark script waits.py" and details.status == "RUNNING" \
+                        and details.spark_application and "started" in details.output_tail:
+                    return job.job_id, details.spark_application
+            return None
+
+        job_id, spark_app = wait_for(running_spark_app, 300, "the script's Spark application",
+                                     poll=1.0)
+        wait_for(lambda: yarn_cluster.application_report(spark_app)["state"] == "RUNNING", 120,
+                 "its Spark application running", poll=1.0)
+        assert processes_mentioning("waits.py")
+        cancelled = flinkyarn("cancel", session, job_id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        out, err = client.communicate(timeout=120)
+    finally:
+        client.kill()
+    assert client.returncode == 1 and "CANCELED" in out, err[-3000:]
+    report = yarn_cluster.wait_for_end(spark_app, 60)
+    assert report["state"] in ("KILLED", "FINISHED"), report
+    assert processes_mentioning("waits.py") == []
+    containers = hadoop.rm_request(f"/ws/v1/cluster/apps/{spark_app}")["app"].get(
+        "runningContainers", 0)
+    assert containers in (0, -1)
