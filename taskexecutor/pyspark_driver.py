@@ -302,17 +302,19 @@ class PySparkDriver:
             self._flush()
 
     def _find_spark_application(self) -> None:
-        """Polls the ResourceManager for the application tagged with this attempt."""
+        """Polls the ResourceManager for the application tagged with this attempt, until
+        it is known with its tracking URL (YARN gives that once it accepted it)."""
         while not self._ended.wait(1.0):
             try:
                 found = hadoop.applications_tagged(self.tag)
             except (OSError, ValueError) as error:
                 log.debug("cannot ask the ResourceManager for %s: %s", self.tag, error)
                 continue
-            if found:
+            if found and found[0] != self.spark_application:
                 self.spark_application = found[0]
                 self._flush(self.spark_application)
-                return
+                if found[0].get("trackingUrl"):
+                    return
 
     # ------------------------------------------------------------------------ run
 

@@ -77,10 +77,10 @@ def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float 
         if output is not None:
             output.pump()
         stamp = f"[{time.monotonic() - start:6.1f} s] job {job_id[:8]}"
-        if details.spark_application and details.spark_application != spark:
-            spark = details.spark_application
-            print(f"{stamp} Spark application {spark}: {details.spark_tracking_url}", file=out,
-                  flush=True)
+        known = (details.spark_application, details.spark_tracking_url)
+        if details.spark_application and details.spark_tracking_url and known != spark:
+            spark = known
+            print(f"{stamp} Spark application {known[0]}: {known[1]}", file=out, flush=True)
         for restart in details.restart_history:
             if restart.number > shown:
                 print(f"{stamp} {describe_restart(restart, details.restart_limit)}", file=out,

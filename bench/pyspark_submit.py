@@ -1,0 +1,107 @@
+"""`flinkyarn run --pyspark` against spark-submit from the same pyspark (issue 19), as
+ratios of times measured in the same run, interleaved round by round.
+
+Spark's own example `pi.py 100`, submit to exit, four pairs:
+- per-job, default path (Spark's executors on YARN)   vs spark-submit --master yarn
+  --deploy-mode cluster with spark.yarn.archive on HDFS (our cache's jars archive, so
+  neither uploads jars) and the same Python environment archive for its executors;
+- per-job with -D pyspark.master=local                vs that spark-submit;
+- into a warm session, -D pyspark.master=local         vs that spark-submit;
+- local target (-t local)                             vs `python pi.py 100`.
+
+usage: .venv/bin/python bench/pyspark_submit.py [--rounds N]
+Needs the local Hadoop with HADOOP_CONF_DIR set (`eval "$(integration/cluster env)"`)
+and one earlier `flinkyarn run --pyspark` on YARN (which fills the cache). Writes
+bench/results/pyspark_submit.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+
+REPO = Path(__file__).resolve().parent.parent
+HOME = Path(pyspark.__file__).resolve().parent
+PI = HOME / "examples" / "src" / "main" / "python" / "pi.py"
+CLI = [sys.executable, "-m", "yarn_client"]
+
+
+def timed(command: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env,
+                            timeout=900)
+    elapsed = time.monotonic() - start
+    if result.returncode != 0 or "Pi is roughly" not in result.stdout + result.stderr:
+        raise SystemExit(f"{command[:6]} failed:\n{result.stderr[-3000:]}")
+    return elapsed
+
+
+def cache_url(prefix: str) -> str:
+    listing = subprocess.run(["hdfs", "dfs", "-ls", f"/user/{os.environ.get('USER', 'root')}"
+                                                    f"/.flinkyarn/cache"],
+                             capture_output=True, text=True, check=True).stdout
+    for line in listing.splitlines():
+        path = line.split()[-1] if line.strip() else ""
+        if Path(path).name.startswith(prefix) and ".partial" not in path:
+            fs = subprocess.run(["hdfs", "getconf", "-confKey", "fs.defaultFS"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+            return fs.rstrip("/") + path
+    raise SystemExit(f"no {prefix}* in the cache: run `flinkyarn run --pyspark` once first")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    archive, environment = cache_url("spark-jars-"), cache_url("environment-")
+    spark_submit = [str(HOME / "bin" / "spark-submit"), "--master", "yarn", "--deploy-mode",
+                    "cluster", "--conf", f"spark.yarn.archive={archive}",
+                    "--archives", f"{environment}#environment",
+                    "--conf", "spark.yarn.appMasterEnv.PYSPARK_PYTHON=./environment/bin/python",
+                    "--conf", "spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python",
+                    str(PI), "100"]
+    session = subprocess.run([*CLI, "session", "start"], capture_output=True, text=True,
+                             cwd=REPO, check=True).stdout.strip().splitlines()[-1]
+    pairs = {
+        "per-job, Spark on YARN": [*CLI, "run", "-t", "yarn-per-job", "--pyspark", str(PI), "100"],
+        "per-job, pyspark.master=local": [*CLI, "run", "-t", "yarn-per-job", "--pyspark",
+                                          "-D", "pyspark.master=local", str(PI), "100"],
+        "warm session, pyspark.master=local": [*CLI, "run", "-t", "yarn-session",
+                                               "--application-id", session, "--pyspark",
+                                               "-D", "pyspark.master=local", str(PI), "100"],
+    }
+    local_env = {k: v for k, v in os.environ.items() if k != "HADOOP_CONF_DIR"}
+    times: dict[str, list[float]] = {name: [] for name in
+                                     [*pairs, "spark-submit cluster", "local target", "python"]}
+    try:
+        for round_ in range(args.rounds):
+            times["spark-submit cluster"].append(timed(spark_submit))
+            for name, command in pairs.items():
+                times[name].append(timed(command))
+            times["python"].append(timed([sys.executable, str(PI), "100"], local_env))
+            times["local target"].append(timed([*CLI, "run", "-t", "local", "--pyspark",
+                                                str(PI), "100"], local_env))
+            print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()),
+                  flush=True)
+    finally:
+        subprocess.run([*CLI, "session", "stop", session], capture_output=True, cwd=REPO)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    ratios = {name: median[name] / median["spark-submit cluster"] for name in pairs}
+    ratios["local target vs python"] = median["local target"] / median["python"]
+    for name, ratio in ratios.items():
+        print(f"{name:40} {ratio:5.2f}x")
+    out = REPO / "bench" / "results" / "pyspark_submit.json"
+    out.write_text(json.dumps({"median_seconds": median, "ratios": ratios, "times": times},
+                              indent=2))
+
+
+if __name__ == "__main__":
+    main()
