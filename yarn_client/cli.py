@@ -440,13 +440,43 @@ def logs(application_id: str, job_id: str | None) -> None:
     if process.returncode != 0 and not process.stdout:
         click.echo(f"error: {' '.join(command)} failed:\n{process.stderr[-2000:]}", err=True)
         sys.exit(1)
+    text = process.stdout + "".join(_running_container_logs(command, process.stdout))
     whole = False  # inside a log file of the job's own
-    for line in process.stdout.splitlines():
+    for line in text.splitlines():
         if line.startswith("LogType:"):
             whole = job_id is not None and job_id in line
         if job_id is None or whole or job_id in line or \
                 line.startswith(("Container:", "LogType:", "End of LogType:", "===")):
             click.echo(line)
+
+
+def _running_container_logs(command: list[str], shown: str) -> list[str]:
+    """The logs of a running application's containers that `yarn logs` left out (it
+    lists only the AppMaster's while the application runs): each container the
+    ResourceManager lists, asked of its NodeManager."""
+    from flinkyarn import hadoop
+
+    app_id = command[-1]
+    try:
+        attempts = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}/appattempts")
+        containers = []
+        for attempt in (attempts.get("appAttempts") or {}).get("appAttempt") or []:
+            if attempt.get("appAttemptState") != "RUNNING":
+                continue
+            listed = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}/appattempts/"
+                                       f"{attempt['appAttemptId']}/containers")
+            containers += listed.get("container") or []
+    except (OSError, ValueError):
+        return []
+    found = []
+    for container in containers:
+        if f"Container: {container['containerId']} " in shown:
+            continue
+        process = subprocess.run([*command, "-containerId", container["containerId"],
+                                  "-nodeAddress", container["nodeId"]],
+                                 capture_output=True, text=True, timeout=300)
+        found.append(process.stdout)
+    return found
 
 
 @cli.command(context_settings=PROGRAM_SETTINGS)
