@@ -113,3 +113,4 @@ def applications_tagged(tag: str) -> list[dict]:
 def kill_application(app_id: str) -> None:
     """Asks the ResourceManager to kill `app_id` (nothing happens to an ended one)."""
     rm_request(f"/ws/v1/cluster/apps/{app_id}/state", "PUT", {"state": "KILLED"})
+

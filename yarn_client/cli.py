@@ -451,32 +451,20 @@ def logs(application_id: str, job_id: str | None) -> None:
 
 
 def _running_container_logs(command: list[str], shown: str) -> list[str]:
-    """The logs of a running application's containers that `yarn logs` left out (it
-    lists only the AppMaster's while the application runs): each container the
-    ResourceManager lists, asked of its NodeManager."""
-    from flinkyarn import hadoop
-
+    """The logs of a running application's TaskExecutor containers, which `yarn logs`
+    leaves out while the application runs (it shows the AppMaster's only): skein's
+    AppMaster lists every container it ran, ended ones too, and each NodeManager serves
+    their logs until the application ends."""
     app_id = command[-1]
     try:
-        attempts = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}/appattempts")
-        containers = []
-        for attempt in (attempts.get("appAttempts") or {}).get("appAttempt") or []:
-            if attempt.get("appAttemptState") != "RUNNING":
-                continue
-            listed = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}/appattempts/"
-                                       f"{attempt['appAttemptId']}/containers")
-            containers += listed.get("container") or []
-    except (OSError, ValueError):
+        if yarn_cluster.application_report(app_id)["state"] in yarn_cluster.TERMINAL:
+            return []  # aggregated: `yarn logs` has them all
+        return [text for container_id, text in yarn_cluster.container_logs(app_id)
+                if f"Container: {container_id} " not in shown]
+    except Exception as error:  # the rest of the logs still helps
+        click.echo(f"warning: the TaskExecutors' logs of {app_id} cannot be listed: {error}",
+                   err=True)
         return []
-    found = []
-    for container in containers:
-        if f"Container: {container['containerId']} " in shown:
-            continue
-        process = subprocess.run([*command, "-containerId", container["containerId"],
-                                  "-nodeAddress", container["nodeId"]],
-                                 capture_output=True, text=True, timeout=300)
-        found.append(process.stdout)
-    return found
 
 
 @cli.command(context_settings=PROGRAM_SETTINGS)

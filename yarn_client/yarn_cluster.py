@@ -360,6 +360,43 @@ def wait_for_end(app_id: str, timeout: float = 120.0) -> dict:
         time.sleep(0.25)
 
 
+def container_logs(app_id: str) -> list[tuple[str, str]]:
+    """(container id, its logs in `yarn logs`' layout) of each TaskExecutor container of
+    a running application, ended ones too, from the NodeManagers that ran them."""
+    import skein
+
+    from yarn_client.skein_jar import use_flinkyarn_jar
+
+    use_flinkyarn_jar()
+    with skein.Client(log=False) as client:
+        containers = client.connect(app_id, wait=False).get_containers(
+            states=["RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    found = []
+    for container in containers:
+        node, cid = container.yarn_node_http_address, container.yarn_container_id
+        base = f"http://{node}/ws/v1/node"
+        try:
+            with opener.open(f"{base}/containers/{cid}/logs", timeout=10) as response:
+                listed = json.load(response)["containerLogsInfo"]["containerLogInfo"]
+        except (OSError, ValueError, KeyError):
+            continue  # the node no longer has them
+        text = [f"Container: {cid} on {node}", "=" * 60]
+        for entry in listed:
+            name = entry["fileName"]
+            try:
+                with opener.open(f"{base}/containerlogs/{cid}/{name}", timeout=30) as response:
+                    body = response.read().decode(errors="replace")
+            except OSError as error:
+                body = f"(cannot read: {error})"
+            # The NodeManager frames the contents with a header and a trailer of its own.
+            contents = body.split("LogContents:\n", 1)[-1].split("\nEnd of LogType:", 1)[0]
+            text += [f"LogType:{name}", "LogContents:", contents.rstrip("\n"),
+                     f"End of LogType:{name}", ""]
+        found.append((cid, "\n".join(text) + "\n"))
+    return found
+
+
 def kill(app_id: str) -> None:
     import skein
 

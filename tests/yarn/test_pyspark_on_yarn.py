@@ -189,6 +189,21 @@ def test_exit_status_fails_the_job_and_cancel_leaves_nothing(session, tmp_path):
     report = yarn_cluster.wait_for_end(spark_app, 60)
     assert report["state"] in ("KILLED", "FINISHED"), report
     assert processes_mentioning("waits.py") == []
-    containers = hadoop.rm_request(f"/ws/v1/cluster/apps/{spark_app}")["app"].get(
-        "runningContainers", 0)
-    assert containers in (0, -1)
+    wait_for(lambda: not running_containers(spark_app), 60, "no container of the Spark "
+             "application running", poll=1.0)
+
+
+def running_containers(app_id: str) -> list[str]:
+    """The containers of `app_id` the NodeManagers run now."""
+    import json
+    import urllib.request
+
+    found = []
+    nodes = hadoop.rm_request("/ws/v1/cluster/nodes?states=RUNNING")["nodes"]["node"]
+    for node in nodes:
+        with urllib.request.urlopen(f"http://{node['nodeHTTPAddress']}/ws/v1/node/containers",
+                                    timeout=10) as response:
+            listed = (json.load(response).get("containers") or {}).get("container") or []
+        found += [c["id"] for c in listed if app_id[len("application_"):] in c["id"]
+                  and c.get("state") == "RUNNING"]
+    return found
