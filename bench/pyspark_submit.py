@@ -4,9 +4,10 @@ ratios of times measured in the same run, interleaved round by round.
 Spark's own example `pi.py 100`, submit to exit, four pairs:
 - per-job, default path (Spark's executors on YARN)   vs spark-submit --master yarn
   --deploy-mode cluster with spark.yarn.archive on HDFS (our cache's jars archive, so
-  neither uploads jars) and the same Python environment archive for its executors;
+  neither uploads jars), pyspark's archives from there too (PYSPARK_ARCHIVES_PATH), and
+  the same Python environment archive for its driver and executors;
 - per-job with -D pyspark.master=local                vs that spark-submit;
-- into a warm session, -D pyspark.master=local         vs that spark-submit;
+- into a warm session (its TaskExecutor kept), -D pyspark.master=local vs that spark-submit;
 - local target (-t local)                             vs `python pi.py 100`.
 
 usage: .venv/bin/python bench/pyspark_submit.py [--rounds N]
@@ -44,32 +45,39 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> float:
     return elapsed
 
 
-def cache_url(prefix: str) -> str:
-    listing = subprocess.run(["hdfs", "dfs", "-ls", f"/user/{os.environ.get('USER', 'root')}"
-                                                    f"/.flinkyarn/cache"],
+def cache_urls(prefix: str) -> list[str]:
+    """hdfs:// URLs of the cache's files whose names start with `prefix`."""
+    user = os.environ.get("USER") or "root"
+    listing = subprocess.run(["hdfs", "dfs", "-ls", f"/user/{user}/.flinkyarn/cache"],
                              capture_output=True, text=True, check=True).stdout
-    for line in listing.splitlines():
-        path = line.split()[-1] if line.strip() else ""
-        if Path(path).name.startswith(prefix) and ".partial" not in path:
-            fs = subprocess.run(["hdfs", "getconf", "-confKey", "fs.defaultFS"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-            return fs.rstrip("/") + path
-    raise SystemExit(f"no {prefix}* in the cache: run `flinkyarn run --pyspark` once first")
+    fs = subprocess.run(["hdfs", "getconf", "-confKey", "fs.defaultFS"],
+                        capture_output=True, text=True, check=True).stdout.strip().rstrip("/")
+    found = [fs + line.split()[-1] for line in listing.splitlines()
+             if line.strip() and Path(line.split()[-1]).name.startswith(prefix)
+             and ".partial" not in line]
+    if not found:
+        raise SystemExit(f"no {prefix}* in the cache: run `flinkyarn run --pyspark` once first")
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    archive, environment = cache_url("spark-jars-"), cache_url("environment-")
+    [archive], [environment] = cache_urls("spark-jars-"), cache_urls("environment-")
+    # spark-submit takes pyspark's own archives from the cache too: it uploads nothing.
+    submit_env = dict(os.environ, PYSPARK_ARCHIVES_PATH=",".join(cache_urls("pyspark-lib-")))
     spark_submit = [str(HOME / "bin" / "spark-submit"), "--master", "yarn", "--deploy-mode",
                     "cluster", "--conf", f"spark.yarn.archive={archive}",
                     "--archives", f"{environment}#environment",
                     "--conf", "spark.yarn.appMasterEnv.PYSPARK_PYTHON=./environment/bin/python",
                     "--conf", "spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python",
                     str(PI), "100"]
-    session = subprocess.run([*CLI, "session", "start"], capture_output=True, text=True,
-                             cwd=REPO, check=True).stdout.strip().splitlines()[-1]
+    # A warm session keeps its TaskExecutor between the rounds.
+    session = subprocess.run([*CLI, "session", "start", "-D",
+                              "resourcemanager.taskmanager-timeout=30 min"],
+                             capture_output=True, text=True, cwd=REPO,
+                             check=True).stdout.strip().splitlines()[-1]
     pairs = {
         "per-job, Spark on YARN": [*CLI, "run", "-t", "yarn-per-job", "--pyspark", str(PI), "100"],
         "per-job, pyspark.master=local": [*CLI, "run", "-t", "yarn-per-job", "--pyspark",
@@ -83,7 +91,7 @@ def main() -> None:
                                      [*pairs, "spark-submit cluster", "local target", "python"]}
     try:
         for round_ in range(args.rounds):
-            times["spark-submit cluster"].append(timed(spark_submit))
+            times["spark-submit cluster"].append(timed(spark_submit, submit_env))
             for name, command in pairs.items():
                 times[name].append(timed(command))
             times["python"].append(timed([sys.executable, str(PI), "100"], local_env))

@@ -207,3 +207,25 @@ def running_containers(app_id: str) -> list[str]:
         found += [c["id"] for c in listed if app_id[len("application_"):] in c["id"]
                   and c.get("state") == "RUNNING"]
     return found
+
+
+USES_FILES = """\
+import helper
+print(open("words.txt").read().strip(), helper.GREETING, open("bundle/inner/a.txt").read().strip())
+"""
+
+
+def test_files_archives_and_py_files_reach_the_driver_from_the_cache(session, tmp_path):
+    import zipfile
+
+    (tmp_path / "words.txt").write_text("from --files\n")
+    (tmp_path / "helper.py").write_text("GREETING = 'from --py-files'\n")
+    with zipfile.ZipFile(tmp_path / "bundle.zip", "w") as bundle:
+        bundle.writestr("inner/a.txt", "from --archives\n")
+    script = tmp_path / "uses_files.py"
+    script.write_text(USES_FILES)
+    ran = submit(session, "-D", "pyspark.master=local", "--files", str(tmp_path / "words.txt"),
+                 "--py-files", str(tmp_path / "helper.py"),
+                 "--archives", f"{tmp_path / 'bundle.zip'}#bundle", str(script))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert printed(ran.stdout) == ["from --files from --py-files from --archives"]
