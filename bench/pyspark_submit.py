@@ -35,12 +35,15 @@ PI = HOME / "examples" / "src" / "main" / "python" / "pi.py"
 CLI = [sys.executable, "-m", "yarn_client"]
 
 
-def timed(command: list[str], env: dict[str, str] | None = None) -> float:
+def timed(command: list[str], env: dict[str, str] | None = None,
+          expect: str = "Pi is roughly") -> float:
+    """Seconds from start to exit; the run must succeed and show `expect` (cluster mode's
+    spark-submit shows the driver's output in its logs only: its final status then)."""
     start = time.monotonic()
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env,
                             timeout=900)
     elapsed = time.monotonic() - start
-    if result.returncode != 0 or "Pi is roughly" not in result.stdout + result.stderr:
+    if result.returncode != 0 or expect not in result.stdout + result.stderr:
         raise SystemExit(f"{command[:6]} failed:\n{result.stderr[-3000:]}")
     return elapsed
 
@@ -50,8 +53,9 @@ def cache_urls(prefix: str) -> list[str]:
     user = os.environ.get("USER") or "root"
     listing = subprocess.run(["hdfs", "dfs", "-ls", f"/user/{user}/.flinkyarn/cache"],
                              capture_output=True, text=True, check=True).stdout
-    fs = subprocess.run(["hdfs", "getconf", "-confKey", "fs.defaultFS"],
-                        capture_output=True, text=True, check=True).stdout.strip().rstrip("/")
+    from flinkyarn import hadoop
+
+    fs = hadoop.default_fs().rstrip("/")
     found = [fs + line.split()[-1] for line in listing.splitlines()
              if line.strip() and Path(line.split()[-1]).name.startswith(prefix)
              and ".partial" not in line]
@@ -91,7 +95,7 @@ def main() -> None:
                                      [*pairs, "spark-submit cluster", "local target", "python"]}
     try:
         for round_ in range(args.rounds):
-            times["spark-submit cluster"].append(timed(spark_submit, submit_env))
+            times["spark-submit cluster"].append(timed(spark_submit, submit_env, "final status: SUCCEEDED"))
             for name, command in pairs.items():
                 times[name].append(timed(command))
             times["python"].append(timed([sys.executable, str(PI), "100"], local_env))

@@ -183,6 +183,9 @@ PYSPARK_MASTER = option(
 PYSPARK_SHOW_SPARK_LOGS = option(
     "pyspark.show-spark-logs", BOOL, "false",
     "Show the Spark driver's own log (WARN and above, as spark-submit does) on the client's terminal; otherwise it goes to spark-<job>.log in the TaskExecutor's logs.")
+PYSPARK_MAX_EXECUTORS = option(
+    "pyspark.dynamic-allocation.max-executors", integer(1), "4",
+    "Most Spark executors a script's dynamic allocation asks YARN for (spark.dynamicAllocation.maxExecutors, which a --conf overrides); it starts with up to 2.")
 PYSPARK_PYTHON_ARCHIVE = option(
     "pyspark.yarn.python-archive", STRING, "",
     "The archive (hdfs://...#NAME) Spark's executors on YARN unpack for their Python; empty: the TaskExecutors' own environment (the client fills it in).")

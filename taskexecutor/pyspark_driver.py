@@ -175,10 +175,12 @@ class PySparkDriver:
             if archives:
                 conf["spark.yarn.dist.archives"] = ",".join(archives)
             if "spark.executor.instances" not in user:
+                most = self.conf.get(options.PYSPARK_MAX_EXECUTORS)
                 conf.update({"spark.dynamicAllocation.enabled": "true",
                              "spark.dynamicAllocation.shuffleTracking.enabled": "true",
                              "spark.dynamicAllocation.minExecutors": "0",
-                             "spark.dynamicAllocation.initialExecutors": "2"})
+                             "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
+                             "spark.dynamicAllocation.maxExecutors": str(most)})
         else:
             conf["spark.default.parallelism"] = str(cores * 2)
             conf["spark.sql.shuffle.partitions"] = str(cores * 2)

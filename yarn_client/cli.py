@@ -270,7 +270,8 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
     if pyspark:
         # The script's files reach its driver and Spark's executors, not every container.
         shipped = python_properties((), python_archives, python_executable, (), ())
-        cluster = _pyspark_cluster_properties(submit, dynamic) if target == "yarn-per-job" else ()
+        # A cluster of its own (per-job, local): one slot with all of the TaskExecutor.
+        cluster = _pyspark_cluster_properties(submit, dynamic) if target != "yarn-session" else ()
         conf = load_configuration((*cluster, *properties, *shipped))
         program_path = []
     else:
