@@ -45,6 +45,9 @@ class OperatorContext(Protocol):
     task_name: str        # e.g. "Source: text -> flat_map (1/2)"
     batch_size: int       # pipeline.batch-size: most rows per batch to emit
     tmp_dir: str          # a scratch folder of this task, removed after it
+    attempt_id: str       # this execution attempt of the subtask
+    environment: object   # the TaskExecutor's TaskEnvironment (a PySpark driver reads its
+                          # configuration and scratch folder)
 
     def is_cancelled(self) -> bool:
         ...
