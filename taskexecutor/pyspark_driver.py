@@ -149,7 +149,7 @@ class PySparkDriver:
 
     def spark_conf(self, work: Path, log_dir: Path) -> dict[str, str]:
         """Our settings, under what the user set (--conf and the options standing for it)."""
-        cores, memory = self._slot_share()
+        _, memory = self._slot_share()
         host = self.conf.get(options.TASK_MANAGER_HOST)
         (work / "log4j2.properties").write_text(log4j2_properties(
             log_dir / f"spark-{self.context.job_id}.log", self.settings.show_spark_logs))
@@ -181,9 +181,6 @@ class PySparkDriver:
                              "spark.dynamicAllocation.minExecutors": "0",
                              "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
                              "spark.dynamicAllocation.maxExecutors": str(most)})
-        else:
-            conf["spark.default.parallelism"] = str(cores * 2)
-            conf["spark.sql.shuffle.partitions"] = str(cores * 2)
         if user.get("spark.driver.extraJavaOptions"):
             java = [*shlex.split(user.pop("spark.driver.extraJavaOptions")), *java]
         conf["spark.driver.extraJavaOptions"] = shlex.join(java)
