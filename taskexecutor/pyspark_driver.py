@@ -63,16 +63,6 @@ class PySparkScriptFailed(RuntimeError):
     """The driver exited with a status other than 0."""
 
 
-def yarn_application_id(container_id: str) -> str | None:
-    """application_<cluster>_<n> of a container id (container_[e<epoch>_]<cluster>_<n>_...)."""
-    parts = container_id.split("_")
-    if len(parts) >= 5 and parts[0] == "container":
-        if parts[1].startswith("e") and len(parts) >= 6:
-            parts = [parts[0], *parts[2:]]
-        return f"application_{parts[1]}_{parts[2]}"
-    return None
-
-
 def last_traceback(lines: list[str], most: int = 30) -> str:
     """The last Python traceback in `lines` (from its 'Traceback' line on), else the
     last few lines."""
@@ -165,7 +155,7 @@ class PySparkDriver:
         }
         if self.yarn:
             tags = [self.tag, f"flinkyarn-job-{self.context.job_id}"]
-            app = yarn_application_id(os.environ.get("CONTAINER_ID", ""))
+            app = os.environ.get("SKEIN_APPLICATION_ID")  # skein sets it in every container
             if app:
                 tags.append(app)
             conf["spark.yarn.tags"] = ",".join([*tags, *filter(None, user.pop(

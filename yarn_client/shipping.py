@@ -350,13 +350,23 @@ def _user_archive(staging: Staging, path: str, name: str) -> Localized:
     local = Path(path).expanduser()
     if not local.is_file():
         raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: no such file {path}")
+    return _cached_copy(staging, local, "archive", f"archive {local}", name)
+
+
+def _file_digest(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(local, "rb") as data:
+    with open(path, "rb") as data:
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
-    suffix = "".join(local.suffixes[-2:]) if local.name.endswith((".tar.gz", ".tar.bz2")) else local.suffix
-    cached = f"archive-{digest.hexdigest()[:20]}{suffix}"
-    return staging.ensure(cached, lambda folder: local, f"archive {local}", name)
+    return digest.hexdigest()[:20]
+
+
+def _cached_copy(staging: Staging, local: Path, kind: str, what: str, name: str) -> Localized:
+    """`local`'s content in the cache as `<kind>-<digest><suffix>`, uploaded once;
+    localized as `name`."""
+    suffix = "".join(local.suffixes[-2:]) if local.name.endswith((".tar.gz", ".tar.bz2")) \
+        else local.suffix
+    return staging.ensure(f"{kind}-{_file_digest(local)}{suffix}", lambda folder: local, what, name)
 
 
 # ------------------------------------------------------------------ the containers
@@ -404,14 +414,6 @@ def launch_script(python: str, python_path: str, versions: str, command: str) ->
 # ------------------------------------------------------------- PySpark scripts on YARN
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:20]
-
-
 def spark_jars_digest(jars: Path) -> str:
     """Spark's jars by name and size (the pyspark release names them all by version)."""
     digest = hashlib.sha256()
@@ -434,10 +436,7 @@ def _cached_file(staging: Staging, local: Path, what: str, kind: str = "file") -
     """The URL of `local`'s content in the cache, uploaded once."""
     if not local.is_file():
         raise ShippingError(f"{what}: no such file {local}")
-    suffix = "".join(local.suffixes[-2:]) if local.name.endswith((".tar.gz", ".tar.bz2")) \
-        else local.suffix
-    cached = f"{kind}-{_file_digest(local)}{suffix}"
-    return staging.ensure(cached, lambda folder: local, f"{what} {local}", local.name).uri
+    return _cached_copy(staging, local, kind, f"{what} {local}", local.name).uri
 
 
 @dataclass

@@ -70,10 +70,8 @@ def rm_web_address() -> str:
 
 
 def rm_get(path: str) -> dict:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(rm_web_address() + path, timeout=10) as response:
-            return json.load(response)
+        return hadoop.rm_request(path)
     except urllib.error.HTTPError as error:
         if error.code == 404:
             raise YarnDeploymentError(f"the YARN ResourceManager knows no {path}") from None

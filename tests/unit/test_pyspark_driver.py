@@ -8,7 +8,7 @@ import io
 import pytest
 
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
-from taskexecutor.pyspark_driver import last_traceback, log4j2_properties, yarn_application_id
+from taskexecutor.pyspark_driver import last_traceback, log4j2_properties
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
 from yarn_client.spark_submit import (SparkSubmitError, SparkSubmitOptions, master, memory_mib,
@@ -87,11 +87,6 @@ def test_spark_submit_options_become_spark_settings():
 
 
 def test_driver_helpers():
-    assert yarn_application_id("container_1795449200548_0003_01_000002") == \
-        "application_1795449200548_0003"
-    assert yarn_application_id("container_e17_1795449200548_0003_01_000002") == \
-        "application_1795449200548_0003"
-    assert yarn_application_id("") is None
     lines = ["noise", "Traceback (most recent call last):", '  File "a.py", line 1',
              "ValueError: first", "more", "Traceback (most recent call last):",
              '  File "b.py", line 2', "KeyError: 'second'"]
