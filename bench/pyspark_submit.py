@@ -7,8 +7,11 @@ Spark's own example `pi.py 100`, submit to exit, four pairs:
   neither uploads jars), pyspark's archives from there too (PYSPARK_ARCHIVES_PATH), and
   the same Python environment archive for its driver and executors;
 - per-job with -D pyspark.master=local                vs that spark-submit;
-- into a warm session (its TaskExecutor kept), -D pyspark.master=local vs that spark-submit;
-- local target (-t local)                             vs `python pi.py 100`.
+- into a warm session (its TaskExecutor kept, one slot), -D pyspark.master=local vs that
+  spark-submit;
+- local target (-t local)                             vs `python pi.py 100`;
+and, as the floor of every path that computes on this machine, `python pi.py 100` vs
+that spark-submit.
 
 usage: .venv/bin/python bench/pyspark_submit.py [--rounds N]
 Needs the local Hadoop with HADOOP_CONF_DIR set (`eval "$(integration/cluster env)"`)
@@ -77,9 +80,11 @@ def main() -> None:
                     "--conf", "spark.yarn.appMasterEnv.PYSPARK_PYTHON=./environment/bin/python",
                     "--conf", "spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python",
                     str(PI), "100"]
-    # A warm session keeps its TaskExecutor between the rounds.
+    # A warm session keeps its TaskExecutor between the rounds. A session for scripts
+    # gives each slot the TaskExecutor's cores (one slot), as `python pi.py` has them all.
     session = subprocess.run([*CLI, "session", "start", "-D",
-                              "resourcemanager.taskmanager-timeout=30 min"],
+                              "resourcemanager.taskmanager-timeout=30 min",
+                              "-D", "taskmanager.numberOfTaskSlots=1"],
                              capture_output=True, text=True, cwd=REPO,
                              check=True).stdout.strip().splitlines()[-1]
     pairs = {
@@ -108,6 +113,8 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in times.items()}
     ratios = {name: median[name] / median["spark-submit cluster"] for name in pairs}
     ratios["local target vs python"] = median["local target"] / median["python"]
+    # The floor of any path that computes on this machine's cores: the script alone.
+    ratios["floor: python pi.py vs spark-submit"] = median["python"] / median["spark-submit cluster"]
     for name, ratio in ratios.items():
         print(f"{name:40} {ratio:5.2f}x")
     out = REPO / "bench" / "results" / "pyspark_submit.json"

@@ -164,6 +164,9 @@ class PySparkDriver:
             archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
             if archives:
                 conf["spark.yarn.dist.archives"] = ",".join(archives)
+            # Client mode's Spark AM only asks YARN for executors: a lean JVM (as skein's).
+            conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
+                hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
             if "spark.executor.instances" not in user:
                 most = self.conf.get(options.PYSPARK_MAX_EXECUTORS)
                 conf.update({"spark.dynamicAllocation.enabled": "true",

@@ -22,18 +22,22 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from flinkyarn import hadoop
+
 APPLICATION_TYPE = "flinkyarn"
 _AM_JAVA = "/bin/java -Xmx128M "
 # -XX:-UsePerfData: the JVM's hsperfdata file goes to /tmp whatever java.io.tmpdir says,
 # which is outside the container's folders and left behind by a killed AppMaster.
-_AM_JAVA_17 = ("/bin/java -Xmx128M -XX:-UsePerfData --add-opens=java.base/java.util=ALL-UNNAMED "
+# skein's JVMs (the client's driver, the ApplicationMaster) mostly wait: lean ones.
+LEAN_JVM = hadoop.LEAN_JVM
+_AM_JAVA_17 = (f"/bin/java -Xmx128M {LEAN_JVM} --add-opens=java.base/java.util=ALL-UNNAMED "
                "--add-opens=java.base/java.lang=ALL-UNNAMED ")
 # class file -> the string constants rewritten in it
 _PATCHES = {
     "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_AM_JAVA, _AM_JAVA_17)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
-_EDITION = "flinkyarn3"  # bump when _PATCHES change, so cached copies are rebuilt
+_EDITION = "flinkyarn4"  # bump when _PATCHES change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:
@@ -70,6 +74,20 @@ def patched_jar(original: str, cache: Path) -> Path:
             out.writestr(entry, data)
     os.replace(tmp, target)
     return target
+
+
+def driver_java_options() -> str:
+    """The JVM options of a skein driver started by this client: lean, and what the user
+    sets in SKEIN_DRIVER_JAVA_OPTIONS (skein's own variable) after them."""
+    return f"{LEAN_JVM} {os.environ.get('SKEIN_DRIVER_JAVA_OPTIONS', '')}".strip()
+
+
+def client(log=False):
+    """skein's Client (it starts a driver), with the patched jar and lean JVM options."""
+    import skein
+
+    use_flinkyarn_jar()
+    return skein.Client(log=log, java_options=driver_java_options())
 
 
 def use_flinkyarn_jar() -> str:

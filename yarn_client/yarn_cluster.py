@@ -10,6 +10,7 @@ every container must fit its maximum allocation, else nothing is submitted.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import os
@@ -120,6 +121,27 @@ def check_request(queue: str, containers: dict[str, tuple[int, int, str]]) -> No
                 f"YARN allows in queue {queue!r}; lower {key}")
 
 
+class _StartingDriver:
+    """skein's Client, started on a thread at once; `client()` waits for it, `close()`
+    stops it whether it was used or not (its driver is a process of ours)."""
+
+    def __init__(self) -> None:
+        from yarn_client import skein_jar
+
+        log = HOME / "logs" / "skein-driver.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skein-driver")
+        self._future = self._pool.submit(skein_jar.client, str(log))
+
+    def client(self):
+        return self._future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._future.exception() is None:
+            self._future.result().close()
+
+
 class YarnClusterDescriptor:
     def __init__(self, conf: Configuration, yarn: YarnOptions, out: TextIO = sys.stderr) -> None:
         self.conf = conf
@@ -144,15 +166,13 @@ class YarnClusterDescriptor:
         """Submits a per-job (with `graph`) or session application and returns once its
         REST API answers. On any failure the application is killed and the error says
         where to look."""
-        import skein
-
-        from yarn_client.skein_jar import use_flinkyarn_jar
-
         containers = self._containers()
         check_request(self.yarn.queue, containers)
         extras = self._ship_files()
-        use_flinkyarn_jar()
         staging = shipping.Staging(self.conf, self._say)
+        start = time.monotonic()
+        # skein's driver (a JVM: seconds) starts while the files are shipped.
+        driver = _StartingDriver()
         self._say("shipping to the cluster:")
         work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
         credentials, app_id = None, None
@@ -183,10 +203,7 @@ class YarnClusterDescriptor:
                        f'--staging-file "{index.format(app_id="$SKEIN_APPLICATION_ID")}" ')
             spec = self._spec(mode, graph, master_files, files, shipment, containers, cleanup)
             phases: dict[str, float] = {"uploaded bytes": float(shipment.uploaded_bytes)}
-            start = time.monotonic()
-            log = HOME / "logs" / "skein-driver.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with skein.Client(log=str(log)) as client:
+            with driver.client() as client:
                 app_id = client.submit(spec)
                 phases["submitted"] = time.monotonic() - start
                 self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
@@ -205,6 +222,7 @@ class YarnClusterDescriptor:
             os.replace(work / "security", target / "security")
             (target / "cluster.json").write_text(json.dumps(info))
         finally:
+            driver.close()
             shutil.rmtree(work, ignore_errors=True)
             if credentials is not None and app_id is None:  # nothing was submitted
                 staging.remove_quietly(credentials)
@@ -259,10 +277,13 @@ class YarnClusterDescriptor:
                     f"-D rest.address=$NM_HOST {properties}"))),
             services={"taskexecutor": skein.Service(
                 # The ResourceManager decides on replacements; a failed container must
-                # not end the application (skein's default for a failing service).
-                instances=0, max_restarts=0, allow_failures=True,
+                # not end the application (skein's default for a failing service). A
+                # per-job application's job needs a TaskExecutor at once: YARN starts the
+                # first beside the AppMaster, with the worker id the service's environment
+                # gives (requested ones get their own), and the ResourceManager adopts it.
+                instances=1 if graph is not None else 0, max_restarts=0, allow_failures=True,
                 resources=skein.Resources(memory=te_memory, vcores=te_vcores),
-                files=files, env=environment,
+                files=files, env={**environment, "FLINKYARN_RESOURCE_ID": "taskexecutor-0"},
                 script=shipping.launch_script(shipment.python, python_path, versions, (
                     f"-m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID "
                     f"--resource-manager skein-kv:flinkyarn.rpc_address "
@@ -361,12 +382,9 @@ def wait_for_end(app_id: str, timeout: float = 120.0) -> dict:
 def container_logs(app_id: str) -> list[tuple[str, str]]:
     """(container id, its logs in `yarn logs`' layout) of each TaskExecutor container of
     a running application, ended ones too, from the NodeManagers that ran them."""
-    import skein
+    from yarn_client import skein_jar
 
-    from yarn_client.skein_jar import use_flinkyarn_jar
-
-    use_flinkyarn_jar()
-    with skein.Client(log=False) as client:
+    with skein_jar.client() as client:
         containers = client.connect(app_id, wait=False).get_containers(
             states=["RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -396,10 +414,7 @@ def container_logs(app_id: str) -> list[tuple[str, str]]:
 
 
 def kill(app_id: str) -> None:
-    import skein
+    from yarn_client import skein_jar
 
-    from yarn_client.skein_jar import use_flinkyarn_jar
-
-    use_flinkyarn_jar()
-    with skein.Client(log=False) as client:
+    with skein_jar.client() as client:
         client.kill_application(app_id)

@@ -75,6 +75,21 @@ def test_request_without_a_free_slot_starts_a_worker_whose_registration_serves_i
     assert sm.pending_worker_count() == 0
 
 
+def test_a_worker_started_with_the_application_serves_the_first_requests_without_asking():
+    sm = manager()
+    sm.add_pending_worker()
+    assert sm.request_slot(request("a1"), now=0) == []
+    assert sm.request_slot(request("a2"), now=0) == []  # its second slot
+    assert sm.request_slot(request("a3"), now=0) == [RequestWorker(SPEC)]
+    assert sm.register_task_executor(TE1, report(TE1), now=5) == [
+        allocate(TE1, 0, "a1"), allocate(TE1, 1, "a2")]
+    # If it never starts, its requests ask for a worker of their own.
+    sm = manager()
+    sm.add_pending_worker()
+    sm.request_slot(request("a1"), now=0)
+    assert sm.worker_failed_to_start("container FAILED", now=1) == [RequestWorker(SPEC)]
+
+
 def test_a_freed_slot_serves_a_request_that_was_waiting_for_a_worker():
     sm = manager()
     sm.register_task_executor(TE1, report(TE1, {0: "x", 1: "y"}), now=0)

@@ -93,6 +93,10 @@ def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, tmp_p
     assert dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist())) == expected
 
     logs = application_logs(app["id"], "TaskExecutor taskexecutor-", 2)
+    # The first TaskExecutor started with the AppMaster and was adopted; only the second
+    # was asked of YARN by the ResourceManager.
+    assert "TaskExecutor taskexecutor-0 registered" in logs
+    assert len(re.findall(r"requested worker taskexecutor-", logs)) == 1, logs[-3000:]
     started = re.findall(r"serving on (\S+):\d+ \(data (\S+):\d+\), \d+ slots, python (\S+)", logs)
     assert len(started) == 2, logs[-3000:]
     hosts = {rpc for rpc, _, _ in started}

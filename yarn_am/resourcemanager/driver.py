@@ -15,6 +15,9 @@ Threading contract:
 - `terminate` stops every worker still running and returns when they are gone; no
   handler call follows it.
 - The worker id is also the TaskExecutor's ResourceID: the process registers with it.
+- `initialize` returns the ids of workers already under way that nobody requested (a
+  per-job application's first TaskExecutor, started by YARN beside the AppMaster): they
+  count as requested, and the same contract holds for them.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ class ResourceEventHandler(Protocol):
 
 class ResourceManagerDriver(Protocol):
     async def initialize(self, handler: ResourceEventHandler, resource_manager_address: str,
-                         spawn: Spawn) -> None:
+                         spawn: Spawn) -> list[str]:
+        """Returns the workers already under way (see above)."""
         ...
 
     def request_worker(self, spec: WorkerSpec) -> str:

@@ -36,9 +36,10 @@ class LocalProcessDriver:
         self._terminated = False
 
     async def initialize(self, handler: ResourceEventHandler, resource_manager_address: str,
-                         spawn: Spawn) -> None:
+                         spawn: Spawn) -> list[str]:
         self._handler, self._address, self._spawn = handler, resource_manager_address, spawn
         self._log_dir.mkdir(parents=True, exist_ok=True)
+        return []
 
     def request_worker(self, spec: WorkerSpec) -> str:
         self._count += 1

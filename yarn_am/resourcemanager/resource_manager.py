@@ -118,7 +118,11 @@ class ResourceManager(RpcEndpoint):
             rpc_failure_threshold=threshold)
 
     async def on_start(self) -> None:
-        await self.driver.initialize(self, self.rpc.address, self.spawn)
+        for worker_id in await self.driver.initialize(self, self.rpc.address, self.spawn) or []:
+            # Started with the application: its slots serve the first requests.
+            self.workers[worker_id] = False
+            self.slot_manager.add_pending_worker()
+            log.info("worker %s started with the application", worker_id)
         interval = self.config.heartbeat.interval
         self.every(lambda: interval, self._send_heartbeats, "heartbeats")
         self.every(lambda: min(interval, 1.0), self._housekeeping, "housekeeping")

@@ -147,8 +147,8 @@ class SlotManager:
     (FailSlotRequest) or is cancelled. While pending it either waits, holds a slot of a
     pending worker, or has an AllocateSlot in flight; it moves back to waiting when that
     slot or worker is lost, and waiting requests are served first come, first served.
-    A pending worker exists from RequestWorker until a new TaskExecutor registers (the
-    oldest pending worker is taken) or worker_failed_to_start.
+    A pending worker exists from RequestWorker (or add_pending_worker) until a new
+    TaskExecutor registers (the oldest pending worker is taken) or worker_failed_to_start.
 
     Invariant after every input: no waiting request fits a free slot.
     """
@@ -193,6 +193,11 @@ class SlotManager:
                 if slot is not None:
                     self._start_allocation(pending, te, slot, now, out)
         return self._serve_waiting(now, out)
+
+    def add_pending_worker(self) -> None:
+        """A worker of the configured spec is under way without a RequestWorker (it was
+        started with the application): requests take its slots instead of asking for one."""
+        self._pending_workers.append(_PendingWorker())
 
     def unregister_task_executor(self, resource_id: ResourceID, cause: str,
                                  now: float) -> list[Command]:

@@ -11,6 +11,10 @@ it for memory, an admin kills it) and we learn of it only by asking. So:
 - a watcher polls skein's view of the service's containers every `poll_interval` and
   reports each container's end once, with its state and YARN's exit message;
 - a request skein refuses ends the worker at once (`on_worker_terminated`);
+- a per-job application asks for its first TaskExecutor with the AppMaster (the skein
+  service starts with one instance, whose worker id is the service's own
+  FLINKYARN_RESOURCE_ID); `initialize` adopts it, so the job's first slots do not wait
+  for the AppMaster to start before YARN is even asked;
 - a container whose launch script found its Python environment unfit for the client's
   (runtime_check; the line is read from the container's log folder through its
   NodeManager) can never run a TaskExecutor, nor can its replacements: the driver calls
@@ -90,12 +94,25 @@ class YarnDriver:
         self._terminated = False
 
     async def initialize(self, handler: ResourceEventHandler, resource_manager_address: str,
-                         spawn: Spawn) -> None:
+                         spawn: Spawn) -> list[str]:
         self._handler, self._spawn = handler, spawn
+        started = await asyncio.to_thread(self._app.get_containers, [SERVICE],
+                                          ["WAITING", "REQUESTED", "RUNNING"])
+        if started:
+            spec = await asyncio.to_thread(self._app.get_specification)
+            worker_id = spec.services[SERVICE].env[RESOURCE_ID_VARIABLE]
+            if len(started) > 1:
+                raise RuntimeError(f"{len(started)} TaskExecutor containers started with the "
+                                   f"application, all as worker {worker_id}: at most one may")
+            worker = _Worker(worker_id, started[0].id)
+            self._workers[worker_id] = self._by_container[started[0].id] = worker
+            log.info("worker %s: container %s started with the application", worker_id,
+                     started[0].id)
         # TaskExecutors find the ResourceManager through skein's key-value store.
         await asyncio.to_thread(self._app.kv.__setitem__, RPC_ADDRESS_KEY,
                                 resource_manager_address.encode())
         spawn(self._watch(), "yarn-container-watcher")
+        return [worker.worker_id for worker in self._workers.values()]
 
     def request_worker(self, spec: WorkerSpec) -> str:
         self._count += 1
