@@ -6,6 +6,10 @@ The daemons are the real ones, from the pinned jars of ``integration/pom.xml``:
 
 each a background JVM with a small heap, logging to ``<work>/logs/<daemon>.log``.
 
+`up --secure` runs it in Hadoop's secure mode against an MIT Kerberos KDC of its own
+(integration/kdc.py): Kerberos for every RPC, SASL-protected block transfer, HTTPS for
+the NameNode and DataNode web servers, short-lived delegation tokens.
+
 By default the cluster has one node: its NodeManager runs on 127.0.0.1 beside the
 client, sees everything the client sees and shares ``<work>/conf``. ``up --nodes N``
 (N >= 2) emulates N separate hosts instead; see `Node` and `isolation_script`.
@@ -91,10 +95,11 @@ class Daemon:
 
 DAEMONS = (
     Daemon("namenode", "org.apache.hadoop.hdfs.server.namenode.NameNode",
-           (("fs.defaultFS", 8020), ("dfs.namenode.http-address", 9870))),
+           (("fs.defaultFS", 8020), ("dfs.namenode.http-address", 9870),
+            ("dfs.namenode.https-address", 9871))),
     Daemon("datanode", "org.apache.hadoop.hdfs.server.datanode.DataNode",
            (("dfs.datanode.address", 9866), ("dfs.datanode.http.address", 9864),
-            ("dfs.datanode.ipc.address", 9867))),
+            ("dfs.datanode.ipc.address", 9867), ("dfs.datanode.https.address", 9865))),
     Daemon("resourcemanager", "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager",
            (("yarn.resourcemanager.address", 8032),
             ("yarn.resourcemanager.scheduler.address", 8030),
@@ -147,6 +152,11 @@ class Layout:
 
     # The node count of the last `up`; `status` and `down` read it.
     node_record = property(lambda self: self.work / "nodes.json")
+    kdc_dir = property(lambda self: self.work / "kdc")
+
+    def kdc(self):
+        from kdc import Kdc
+        return Kdc(self.kdc_dir, _user())
 
     def log(self, daemon: str) -> Path:
         return self.logs / f"{daemon}.log"
@@ -221,8 +231,16 @@ def recorded_node_count(layout: Layout) -> int:
         return 1
 
 
-def _record_node_count(layout: Layout, count: int) -> None:
-    layout.node_record.write_text(json.dumps({"nodes": count}) + "\n")
+def _record_node_count(layout: Layout, count: int, secure: bool = False) -> None:
+    layout.node_record.write_text(json.dumps({"nodes": count, "secure": secure}) + "\n")
+
+
+def recorded_secure(layout: Layout) -> bool:
+    """Whether the last `up` in this work folder was --secure."""
+    try:
+        return bool(json.loads(layout.node_record.read_text()).get("secure"))
+    except (FileNotFoundError, ValueError, AttributeError):
+        return False
 
 
 # ---------------------------------------------------------------------------- jars
@@ -317,6 +335,8 @@ def write_config(layout: Layout, count: int = 1) -> None:
         files = _site_files(layout, count)
         files["core-site.xml"]["hadoop.tmp.dir"] = node.hadoop_tmp
         files["yarn-site.xml"].update(node_properties(node, count))
+        if recorded_secure(layout):
+            _node_security(layout, node, files)
         _write_site_files(node.conf, files)
     classpath = f"{conf}:{layout.lib}/*"
     _write_command(layout, "yarn", {
@@ -336,6 +356,23 @@ def write_config(layout: Layout, count: int = 1) -> None:
     }, classpath)
 
 
+def _node_security(layout: Layout, node: Node, files: dict[str, dict[str, object]]) -> None:
+    """A secure node's own copies of what it needs from the realm (the KDC's folder is
+    hidden there, as another host's disk): the NodeManager's keytab and the truststore,
+    readable by the node's user only."""
+    kdc = layout.kdc()
+    folder = node.root / "security"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for source, name in ((kdc.services_keytab, "nm.keytab"), (kdc.truststore, "truststore.p12"),
+                         (kdc.ca_pem, "ca.pem")):
+        shutil.copyfile(source, folder / name)
+        (folder / name).chmod(0o600)
+    files["yarn-site.xml"]["yarn.nodemanager.keytab"] = folder / "nm.keytab"
+    for key in ("ssl.server.truststore.location",):
+        files["ssl-server.xml"][key] = folder / "truststore.p12"
+    files["ssl-client.xml"]["ssl.client.truststore.location"] = folder / "truststore.p12"
+
+
 def _write_site_files(conf: Path, files: dict[str, dict[str, object]]) -> None:
     for name, properties in files.items():
         (conf / name).write_text(_site(properties))
@@ -350,6 +387,74 @@ def _write_site_files(conf: Path, files: dict[str, dict[str, object]]) -> None:
 
 def _site_files(layout: Layout, count: int) -> dict[str, dict[str, object]]:
     """The site files every daemon and client shares (no NodeManager-specific keys)."""
+    files = _plain_site_files(layout, count)
+    if recorded_secure(layout):
+        for name, properties in _secure_site_files(layout).items():
+            files.setdefault(name, {}).update(properties)
+    return files
+
+
+def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
+    """Hadoop's secure mode: Kerberos for RPC (every service principal maps to the one
+    local user the daemons run as), block access tokens, SASL on the DataNode's data
+    transfer (no privileged ports), which Hadoop only accepts with HTTPS-only web
+    servers; delegation tokens that expire within minutes."""
+    from kdc import REALM, TOKEN_MAX_LIFETIME_MS, TOKEN_RENEW_INTERVAL_MS, principal
+
+    kdc = layout.kdc()
+    keytab = kdc.services_keytab
+    password = kdc.store_password
+    realm = REALM.replace(".", "\\.")
+    return {
+        "core-site.xml": {
+            "hadoop.security.authentication": "kerberos",
+            "hadoop.security.authorization": "false",
+            "hadoop.rpc.protection": "authentication",
+            "hadoop.security.auth_to_local":
+                f"RULE:[2:$1@$0](.*@{realm})s/.*/{_user()}/\nDEFAULT",
+        },
+        "hdfs-site.xml": {
+            "dfs.block.access.token.enable": "true",
+            "dfs.namenode.kerberos.principal": principal("nn"),
+            "dfs.namenode.keytab.file": keytab,
+            "dfs.namenode.kerberos.internal.spnego.principal": principal("HTTP"),
+            "dfs.datanode.kerberos.principal": principal("dn"),
+            "dfs.datanode.keytab.file": keytab,
+            "dfs.web.authentication.kerberos.principal": principal("HTTP"),
+            "dfs.web.authentication.kerberos.keytab": keytab,
+            "dfs.data.transfer.protection": "authentication",
+            "dfs.http.policy": "HTTPS_ONLY",
+            "dfs.namenode.https-address": _address("dfs.namenode.https-address"),
+            "dfs.datanode.https.address": _address("dfs.datanode.https.address"),
+            "dfs.namenode.delegation.token.renew-interval": TOKEN_RENEW_INTERVAL_MS,
+            "dfs.namenode.delegation.token.max-lifetime": TOKEN_MAX_LIFETIME_MS,
+        },
+        "yarn-site.xml": {
+            "yarn.resourcemanager.principal": principal("rm"),
+            "yarn.resourcemanager.keytab": keytab,
+            "yarn.nodemanager.principal": principal("nm"),
+            "yarn.nodemanager.keytab": keytab,
+            "yarn.resourcemanager.delegation.token.renew-interval": TOKEN_RENEW_INTERVAL_MS,
+            "yarn.resourcemanager.delegation.token.max-lifetime": TOKEN_MAX_LIFETIME_MS,
+        },
+        "ssl-server.xml": {
+            "ssl.server.keystore.location": kdc.keystore,
+            "ssl.server.keystore.type": "pkcs12",
+            "ssl.server.keystore.password": password,
+            "ssl.server.keystore.keypassword": password,
+            "ssl.server.truststore.location": kdc.truststore,
+            "ssl.server.truststore.type": "pkcs12",
+            "ssl.server.truststore.password": password,
+        },
+        "ssl-client.xml": {
+            "ssl.client.truststore.location": kdc.truststore,
+            "ssl.client.truststore.type": "pkcs12",
+            "ssl.client.truststore.password": password,
+        },
+    }
+
+
+def _plain_site_files(layout: Layout, count: int) -> dict[str, dict[str, object]]:
     data = layout.data
     memory = nm_memory_mb(count)
     return {
@@ -437,7 +542,7 @@ set -e
 export HADOOP_CONF_DIR="{layout.conf}"
 JAVA="${{JAVA_HOME:-{java_home()}}}/bin/java"
 CP="{classpath}"
-OPTS="-Xmx256m -Dlog4j.configuration=file:{layout.conf}/log4j.properties -Dhadoop.root.logger=WARN,console {' '.join(JDK17_OPTIONS)}"
+OPTS="-Xmx256m -Dlog4j.configuration=file:{layout.conf}/log4j.properties -Dhadoop.root.logger=WARN,console {' '.join(java_options(layout))}"
 sub="${{1:-}}"; shift || true
 case "$sub" in
   classpath)
@@ -449,6 +554,15 @@ esac
     path = layout.bin / name
     path.write_text(script)
     path.chmod(0o755)
+
+
+def java_options(layout: Layout, krb5_conf: Path | None = None) -> list[str]:
+    """What every JVM of the cluster and its client gets: JDK 17's openings and, on a
+    secure cluster, the realm's krb5.conf (Java reads no KRB5_CONFIG); an isolated node
+    has it as /etc/krb5.conf."""
+    if not recorded_secure(layout):
+        return list(JDK17_OPTIONS)
+    return [*JDK17_OPTIONS, f"-Djava.security.krb5.conf={krb5_conf or layout.kdc().krb5_conf}"]
 
 
 def _user() -> str:
@@ -546,7 +660,12 @@ def isolation_script(layout: Layout, node: Node, hidden: Iterable[Path]) -> str:
     # A folder inside another kept folder comes back with it.
     keep = [k for k in covered if not any(other in k.parents for other in covered)]
     q = lambda path: shlex.quote(str(path))  # noqa: E731
-    lines = ["set -e", f"mkdir -p {STAGE}", f"mount -t tmpfs -o mode=700 flinkyarn-stage {STAGE}",
+    lines = ["set -e"]
+    if recorded_secure(layout) and Path("/etc/krb5.conf").is_file():
+        # A host of a secure cluster has the realm's krb5.conf as its own (bound first:
+        # the file's folder is hidden below).
+        lines.append(f"mount --bind {q(layout.kdc().krb5_conf)} /etc/krb5.conf")
+    lines += [f"mkdir -p {STAGE}", f"mount -t tmpfs -o mode=700 flinkyarn-stage {STAGE}",
              f"mkdir {STAGE}/tmp && mount --bind {q(node.tmp)} {STAGE}/tmp"]
     for i, path in enumerate(keep):
         lines.append(f"mkdir {STAGE}/{i} && mount --bind {q(path)} {STAGE}/{i}")
@@ -569,7 +688,7 @@ def _check_isolation_possible(layout: Layout) -> None:
 
 def _java_command(layout: Layout, name: str, heap: int, main_class: str,
                   args: Iterable[str] = (), conf: Path | None = None,
-                  extra: Iterable[str] = ()) -> list[str]:
+                  extra: Iterable[str] = (), krb5_conf: Path | None = None) -> list[str]:
     conf = conf or layout.conf
     return [
         f"{java_home()}/bin/java", f"-Xmx{heap}m", f"-Xms{min(heap, 64)}m",
@@ -579,7 +698,7 @@ def _java_command(layout: Layout, name: str, heap: int, main_class: str,
         f"-Dhadoop.home.dir={layout.cache}", f"-Dyarn.home.dir={layout.cache}",
         f"-Dlog4j.configuration=file:{conf}/log4j.properties",
         "-Djava.net.preferIPv4Stack=true",
-        *JDK17_OPTIONS,
+        *java_options(layout, krb5_conf),
         "-cp", f"{conf}:{layout.resources}:{layout.lib}/*",
         main_class, *args,
     ]
@@ -622,7 +741,7 @@ def _start_node(layout: Layout, node: Node) -> int:
              # /tmp, which belongs to the containers.
              f"-Djava.io.tmpdir={node.hadoop_tmp}", "-XX:-UsePerfData"]
     java = _java_command(layout, node.name, HEAP_MB["nodemanager"], daemon.main_class,
-                         conf=node.conf, extra=extra)
+                         conf=node.conf, extra=extra, krb5_conf=Path("/etc/krb5.conf"))
     script = isolation_script(layout, node, client_paths())
     command = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, *java]
     return _spawn(layout, node.name, command, daemon_env(layout, node.conf))
@@ -635,7 +754,7 @@ def _format_namenode(layout: Layout, say: Callable[[str], None]) -> None:
     log = layout.logs / "namenode-format.log"
     with open(log, "wb") as out:
         code = subprocess.call(
-            [f"{java_home()}/bin/java", "-Xmx256m", *JDK17_OPTIONS,
+            [f"{java_home()}/bin/java", "-Xmx256m", *java_options(layout),
              f"-Dlog4j.configuration=file:{layout.conf}/log4j.properties",
              "-cp", f"{layout.conf}:{layout.lib}/*",
              DAEMON_BY_NAME["namenode"].main_class, "-format", "-nonInteractive", "-force"],
@@ -647,18 +766,34 @@ def _format_namenode(layout: Layout, say: Callable[[str], None]) -> None:
 # --------------------------------------------------------------------------- health
 
 
-def _get_json(url: str, timeout: float = 3.0) -> dict:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+def _get_json(url: str, timeout: float = 3.0, cafile: Path | None = None) -> dict:
+    import ssl
+    handlers = [urllib.request.ProxyHandler({})]
+    if cafile is not None:
+        handlers.append(urllib.request.HTTPSHandler(
+            context=ssl.create_default_context(cafile=str(cafile))))
+    opener = urllib.request.build_opener(*handlers)
     with opener.open(url, timeout=timeout) as response:
         return json.load(response)
 
 
+def namenode_web(layout: Layout | None = None) -> tuple[str, Path | None]:
+    """(the NameNode's web address, the CA file to check it with): HTTPS on a secure
+    cluster."""
+    layout = layout or Layout.default()
+    if recorded_secure(layout):
+        return f"https://{_address('dfs.namenode.https-address')}", layout.kdc().ca_pem
+    return NN_WEB, None
+
+
 def hdfs_state() -> tuple[bool, str]:
     """(healthy, what it is waiting for): out of safe mode with a live DataNode."""
+    web, cafile = namenode_web()
     try:
-        beans = _get_json(f"{NN_WEB}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"]
+        beans = _get_json(f"{web}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState",
+                          cafile=cafile)["beans"]
     except (OSError, ValueError, KeyError) as error:
-        return False, f"NameNode web at {NN_WEB} not answering ({error.__class__.__name__})"
+        return False, f"NameNode web at {web} not answering ({error.__class__.__name__})"
     if not beans:
         return False, "NameNode starting"
     state = beans[0]
@@ -785,21 +920,40 @@ def _daemon_names(layout: Layout) -> list[str]:
 
 
 def up(layout: Layout | None = None, timeout: float = 180.0,
-       say: Callable[[str], None] = print, nodes: int | None = None) -> None:
+       say: Callable[[str], None] = print, nodes: int | None = None,
+       secure: bool | None = None) -> None:
     """Starts whatever is not running and returns once HDFS and YARN are healthy.
 
     Harmless when everything already runs. Raises ClusterError, after printing the tail
     of the failing daemon's log, when a daemon dies or health is not reached in time,
-    and before starting anything when `nodes` differs from a running cluster's count.
+    and before starting anything when `nodes` differs from a running cluster's count
+    (or `secure` from its mode; None: as it runs, else off).
     """
     layout = layout or Layout.default()
     count = requested_node_count(layout, nodes)
+    running = any(read_pid(layout, name) is not None for name in _daemon_names(layout))
+    if running and secure is not None and secure != recorded_secure(layout):
+        raise ClusterError(f"the local Hadoop runs {'in' if recorded_secure(layout) else 'without'} "
+                           f"secure mode; run `integration/cluster down` first")
+    secure = recorded_secure(layout) if running else bool(secure)
     cluster = cluster_nodes(layout, count)
-    if count > 1:
+    if count > 1 or secure:
         _check_isolation_possible(layout)
+    if secure and not cluster[0].isolated:
+        raise ClusterError("--secure needs isolated nodes (--nodes 2 or more): each node "
+                           "then has the realm's krb5.conf as /etc/krb5.conf")
     ensure_jars(layout, say)
+    if secure:
+        from kdc import KdcError
+        kdc = layout.kdc()
+        try:
+            kdc.create(java_home())
+            say(f"KDC of realm {kdc.user_principal.split('@')[1]} up (pid {kdc.start()}, "
+                f"log {kdc.log})")
+        except KdcError as error:
+            raise ClusterError(str(error)) from None
+    _record_node_count(layout, count, secure)
     write_config(layout, count)
-    _record_node_count(layout, count)
     deadline = time.monotonic() + timeout
     started = []
     for daemon in DAEMONS:
@@ -837,11 +991,30 @@ def up(layout: Layout | None = None, timeout: float = 180.0,
         raise
     # Directories every user of the cluster expects: a world-writable /tmp (YARN log
     # aggregation, staging) and the user's home (skein's staging directory).
-    _webhdfs("PUT", "/tmp", "MKDIRS")
-    _webhdfs("PUT", "/tmp", "SETPERMISSION", permission="1777")
-    _webhdfs("PUT", f"/user/{_user()}", "MKDIRS")
-    say(f"local Hadoop is up with {count} node(s): ResourceManager {RM_WEB}, "
-        f"NameNode {NN_WEB}, fs {DEFAULT_FS}")
+    if secure:
+        _secure_mkdirs(layout)
+    else:
+        _webhdfs("PUT", "/tmp", "MKDIRS")
+        _webhdfs("PUT", "/tmp", "SETPERMISSION", permission="1777")
+        _webhdfs("PUT", f"/user/{_user()}", "MKDIRS")
+    say(f"local Hadoop is up with {count} node(s){', secure' if secure else ''}: "
+        f"ResourceManager {RM_WEB}, NameNode {namenode_web(layout)[0]}, fs {DEFAULT_FS}")
+
+
+def _secure_mkdirs(layout: Layout) -> None:
+    """up's folders, made over RPC with a ticket of the user's own (in a cache of this
+    call only: the user's default cache is theirs)."""
+    cache = layout.kdc_dir / "up.cc"
+    try:
+        layout.kdc().kinit(cache)
+        env = {**daemon_env(layout), "KRB5CCNAME": f"FILE:{cache}"}
+        for args in (["-mkdir", "-p", "/tmp", f"/user/{_user()}"], ["-chmod", "1777", "/tmp"]):
+            result = subprocess.run([str(layout.bin / "hdfs"), "dfs", *args],
+                                    capture_output=True, text=True, env=env)
+            if result.returncode != 0:
+                raise ClusterError(f"hdfs dfs {' '.join(args)} failed: {result.stderr[-2000:]}")
+    finally:
+        cache.unlink(missing_ok=True)
 
 
 def down(layout: Layout | None = None, timeout: float = 30.0,
@@ -865,6 +1038,10 @@ def down(layout: Layout | None = None, timeout: float = 30.0,
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
         say(f"stopped {name} (pid {pid})")
+    if only is None and layout.kdc_dir.is_dir():
+        pid = layout.kdc().stop()
+        if pid is not None:
+            say(f"stopped the KDC (pid {pid})")
 
 
 def _alive(pid: int) -> bool:
@@ -904,11 +1081,17 @@ def status(layout: Layout | None = None) -> tuple[bool, str]:
         lines.append(f"{node.name:16} {state:24} log {layout.log(node.name)}\n"
                      f"{'':16} node {node.index} on {node.host} ({kind}), "
                      f"at the ResourceManager: {at_rm}")
+    if recorded_secure(layout):
+        pid = layout.kdc().running_pid()
+        running &= pid is not None
+        lines.append(f"{'kdc':16} {f'running (pid {pid})' if pid else 'stopped':24} "
+                     f"log {layout.kdc().log}")
     hdfs_ok, hdfs_what = hdfs_state()
     yarn_ok, yarn_what = yarn_state(count)
     lines.append(f"{'HDFS':16} {hdfs_what}")
     lines.append(f"{'YARN':16} {yarn_what}")
-    lines.append(f"ResourceManager web: {RM_WEB}    NameNode web: {NN_WEB}    fs: {DEFAULT_FS}")
+    lines.append(f"ResourceManager web: {RM_WEB}    NameNode web: {namenode_web(layout)[0]}    "
+                 f"fs: {DEFAULT_FS}")
     return running and hdfs_ok and yarn_ok, "\n".join(lines)
 
 
@@ -920,11 +1103,22 @@ def env_exports(layout: Layout | None = None) -> dict[str, str]:
         "JAVA_HOME": java_home(),
         # Our `yarn` first, ahead of Node.js's `yarn` which would shadow it.
         "PATH": f"{layout.bin}:{os.environ.get('PATH', '')}",
-        "SKEIN_DRIVER_JAVA_OPTIONS": " ".join(JDK17_OPTIONS),
+        "SKEIN_DRIVER_JAVA_OPTIONS": " ".join(java_options(layout)),
         # gRPC (skein's driver connection) honours proxy variables; keep loopback direct.
         "no_proxy": _no_proxy(),
         "NO_PROXY": _no_proxy(),
+        **_secure_exports(layout),
     }
+
+
+def _secure_exports(layout: Layout) -> dict[str, str]:
+    """On a secure cluster: the realm for MIT's tools, and a ready user principal and
+    its keytab (`kinit -kt "$FLINKYARN_TEST_KEYTAB" "$FLINKYARN_TEST_PRINCIPAL"`)."""
+    if not recorded_secure(layout):
+        return {}
+    kdc = layout.kdc()
+    return {"KRB5_CONFIG": str(kdc.krb5_conf), "FLINKYARN_TEST_PRINCIPAL": kdc.user_principal,
+            "FLINKYARN_TEST_KEYTAB": str(kdc.user_keytab)}
 
 
 def _no_proxy() -> str:
@@ -944,19 +1138,23 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-USAGE = "usage: integration/cluster {up [--nodes N]|down|status|env}"
+USAGE = "usage: integration/cluster {up [--nodes N] [--secure]|down|status|env}"
 
 
 def main(argv: list[str]) -> int:
-    command, nodes = (argv[0] if argv else None), None
-    if command == "up" and len(argv) == 3 and argv[1] == "--nodes" and argv[2].isdigit():
-        nodes = int(argv[2])
-    elif len(argv) != 1 or command not in ("up", "down", "status", "env"):
+    command, nodes, secure = (argv[0] if argv else None), None, None
+    rest = list(argv[1:])
+    if command == "up" and "--secure" in rest:
+        rest.remove("--secure")
+        secure = True
+    if command == "up" and len(rest) == 2 and rest[0] == "--nodes" and rest[1].isdigit():
+        nodes = int(rest[1])
+    elif rest or command not in ("up", "down", "status", "env"):
         print(USAGE, file=sys.stderr)
         return 2
     try:
         if command == "up":
-            up(say=_say, nodes=nodes)
+            up(say=_say, nodes=nodes, secure=secure)
         elif command == "down":
             down(say=_say)
         elif command == "status":
