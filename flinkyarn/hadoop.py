@@ -47,25 +47,53 @@ def default_fs(directory: Path | None = None) -> str:
     return site_properties("core-site.xml", directory).get("fs.defaultFS", "file:///")
 
 
+def https_only(directory: Path | None = None) -> bool:
+    """Whether the NameNode's web server (WebHDFS) speaks HTTPS only (dfs.http.policy)."""
+    policy = site_properties("hdfs-site.xml", directory).get("dfs.http.policy", "HTTP_ONLY")
+    return policy.upper() == "HTTPS_ONLY"
+
+
 def namenode_web_address(directory: Path | None = None) -> tuple[str, int]:
-    """(host, port) of the NameNode's HTTP server, which serves WebHDFS."""
-    value = site_properties("hdfs-site.xml", directory).get("dfs.namenode.http-address")
+    """(host, port) of the NameNode's web server, which serves WebHDFS: its HTTPS
+    address when dfs.http.policy is HTTPS_ONLY."""
+    secure = https_only(directory)
+    value = site_properties("hdfs-site.xml", directory).get(
+        "dfs.namenode.https-address" if secure else "dfs.namenode.http-address")
     if not value:
         host = urlparse(default_fs(directory)).hostname or "localhost"
-        return host, 9870
+        return host, 9871 if secure else 9870
     host, _, port = value.rpartition(":")
     if host in ("", "0.0.0.0"):
         host = urlparse(default_fs(directory)).hostname or "localhost"
     return host, int(port)
 
 
-def hdfs(user: str | None = None):
-    """An fsspec filesystem for the cluster's HDFS, over WebHDFS."""
+def hdfs(user: str | None = None, host: str | None = None):
+    """An fsspec filesystem for the cluster's HDFS, over WebHDFS, as Hadoop's own client
+    would speak to it: on a secure cluster (hadoop.security.authentication=kerberos)
+    with a delegation token where the process has one (a YARN container), else with the
+    user's Kerberos ticket (SPNEGO); over HTTPS, checked against the truststore of
+    ssl-client.xml, where the web servers speak only that."""
     from fsspec.implementations.webhdfs import WebHDFS
     import getpass
 
-    host, port = namenode_web_address()
-    return WebHDFS(host=host, port=port, user=user or getpass.getuser())
+    from flinkyarn import kerberos
+
+    web_host, port = namenode_web_address()
+    tls = {"use_https": True, "session_verify": kerberos.ca_bundle()} if https_only() else {}
+    if not kerberos.security_enabled():
+        filesystem = WebHDFS(host=host or web_host, port=port, user=user or getpass.getuser(),
+                             **tls)
+    elif (token := kerberos.hdfs_delegation_token()) is not None:
+        filesystem = WebHDFS(host=host or web_host, port=port, token=token, **tls)
+    else:
+        filesystem = WebHDFS(host=host or web_host, port=port, **tls)
+        filesystem.session.auth = kerberos.spnego_auth()
+    if isinstance(tls.get("session_verify"), str):
+        # requests lets REQUESTS_CA_BUNDLE in the environment override a session's own
+        # `verify`: the cluster's truststore must win.
+        filesystem.session.trust_env = False
+    return filesystem
 
 
 def hdfs_path(url: str) -> str:

@@ -368,6 +368,7 @@ def _node_security(layout: Layout, node: Node, files: dict[str, dict[str, object
         shutil.copyfile(source, folder / name)
         (folder / name).chmod(0o600)
     files["yarn-site.xml"]["yarn.nodemanager.keytab"] = folder / "nm.keytab"
+    files["core-site.xml"]["hadoop.http.authentication.kerberos.keytab"] = folder / "nm.keytab"
     for key in ("ssl.server.truststore.location",):
         files["ssl-server.xml"][key] = folder / "truststore.p12"
     files["ssl-client.xml"]["ssl.client.truststore.location"] = folder / "truststore.p12"
@@ -412,6 +413,11 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
             "hadoop.rpc.protection": "authentication",
             "hadoop.security.auth_to_local":
                 f"RULE:[2:$1@$0](.*@{realm})s/.*/{_user()}/\nDEFAULT",
+            # WebHDFS (and every web endpoint) authenticates with SPNEGO.
+            "hadoop.http.authentication.type": "kerberos",
+            "hadoop.http.authentication.kerberos.principal": principal("HTTP"),
+            "hadoop.http.authentication.kerberos.keytab": keytab,
+            "hadoop.http.authentication.simple.anonymous.allowed": "false",
         },
         "hdfs-site.xml": {
             "dfs.block.access.token.enable": "true",
@@ -767,6 +773,9 @@ def _format_namenode(layout: Layout, say: Callable[[str], None]) -> None:
 
 
 def _get_json(url: str, timeout: float = 3.0, cafile: Path | None = None) -> dict:
+    layout = Layout.default()
+    if recorded_secure(layout):
+        return _get_json_spnego(layout, url, timeout)
     import ssl
     handlers = [urllib.request.ProxyHandler({})]
     if cafile is not None:
@@ -775,6 +784,22 @@ def _get_json(url: str, timeout: float = 3.0, cafile: Path | None = None) -> dic
     opener = urllib.request.build_opener(*handlers)
     with opener.open(url, timeout=timeout) as response:
         return json.load(response)
+
+
+def _get_json_spnego(layout: Layout, url: str, timeout: float) -> dict:
+    """A secure cluster's web endpoints want SPNEGO: curl (GSS-API) with a ticket of the
+    user's own, in a cache of the cluster's folder (the user's default cache is theirs)."""
+    kdc = layout.kdc()
+    cache = layout.kdc_dir / "health.cc"
+    if not cache.exists() or time.time() - cache.stat().st_mtime > 3600:
+        kdc.kinit(cache)
+    result = subprocess.run(
+        ["curl", "-sS", "--fail", "--negotiate", "-u", ":", "--noproxy", "*",
+         "--cacert", str(kdc.ca_pem), "--max-time", str(timeout), url],
+        capture_output=True, text=True, env={**kdc.env(), "KRB5CCNAME": f"FILE:{cache}"})
+    if result.returncode != 0:
+        raise OSError(f"curl exit {result.returncode}: {result.stderr.strip()[-300:]}")
+    return json.loads(result.stdout)
 
 
 def namenode_web(layout: Layout | None = None) -> tuple[str, Path | None]:

@@ -46,13 +46,8 @@ def resolve(path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
 
 def hdfs_filesystem(host: str | None = None) -> pafs.FileSystem:
     """HDFS over WebHDFS at `host` (default: the configured NameNode) and the configured
-    NameNode web port, as a pyarrow filesystem."""
-    from fsspec.implementations.webhdfs import WebHDFS
-    import getpass
-
-    web_host, web_port = hadoop.namenode_web_address()
-    webhdfs = WebHDFS(host=host or web_host, port=web_port, user=getpass.getuser())
-    return pafs.PyFileSystem(pafs.FSSpecHandler(webhdfs))
+    NameNode web port, as a pyarrow filesystem (secure clusters: flinkyarn.hadoop.hdfs)."""
+    return pafs.PyFileSystem(pafs.FSSpecHandler(hadoop.hdfs(host=host)))
 
 
 def list_files(fs: pafs.FileSystem, path: str) -> list[str]:

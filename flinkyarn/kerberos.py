@@ -1,0 +1,270 @@
+"""Hadoop's secure mode, as flinkyarn's Python processes meet it.
+
+- Whether the cluster is secure: `hadoop.security.authentication=kerberos` in the
+  client configuration ($HADOOP_CONF_DIR/core-site.xml), as for Hadoop's own clients.
+- Who we are: in a YARN container, the delegation tokens YARN localized for it (the file
+  named by HADOOP_TOKEN_FILE_LOCATION, Hadoop's token storage format), or newer ones the
+  AppMaster handed over (`use_tokens`); elsewhere the user's Kerberos ticket (SPNEGO, via
+  GSSAPI: the ticket cache of `kinit`, or one made from a keytab by `login`).
+- Whom we trust: the web servers' certificates are checked against the truststore of
+  ssl-client.xml (PKCS12), as Hadoop's Java clients check them.
+
+A missing or expired ticket is one clear KerberosError, never a GSSAPI trace.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from flinkyarn import hadoop
+
+TOKEN_FILE_VARIABLE = "HADOOP_TOKEN_FILE_LOCATION"
+HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
+
+
+class KerberosError(RuntimeError):
+    """No usable Kerberos identity: the message says what to do."""
+
+
+def security_enabled(directory: Path | None = None) -> bool:
+    properties = hadoop.site_properties("core-site.xml", directory)
+    return properties.get("hadoop.security.authentication", "simple").lower() == "kerberos"
+
+
+# ------------------------------------------------------------------------ tokens
+
+
+@dataclass(frozen=True)
+class Token:
+    """One delegation token of Hadoop's Credentials."""
+
+    alias: str
+    identifier: bytes
+    password: bytes
+    kind: str
+    service: str
+
+    def url_string(self) -> str:
+        """Hadoop's Token.encodeToUrlString: its Writable form, URL-safe base64 without
+        padding (what WebHDFS takes as `delegation`)."""
+        data = b"".join([_vint(len(self.identifier)), self.identifier,
+                         _vint(len(self.password)), self.password,
+                         _text(self.kind), _text(self.service)])
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _vint(value: int) -> bytes:
+    """Hadoop's WritableUtils.writeVLong."""
+    if -112 <= value <= 127:
+        return value.to_bytes(1, "big", signed=True)
+    length = -112
+    if value < 0:
+        value = ~value
+        length = -120
+    data = value.to_bytes((value.bit_length() + 7) // 8, "big")
+    return (length - len(data)).to_bytes(1, "big", signed=True) + data
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return _vint(len(data)) + data
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, count: int) -> bytes:
+        if count < 0 or self.at + count > len(self.data):
+            raise ValueError("truncated token storage")
+        chunk = self.data[self.at:self.at + count]
+        self.at += count
+        return chunk
+
+    def vint(self) -> int:
+        first = int.from_bytes(self.take(1), "big", signed=True)
+        if first >= -112:
+            return first
+        negative = first < -120
+        length = -(first + 120) if negative else -(first + 112)
+        value = int.from_bytes(self.take(length), "big")
+        return ~value if negative else value
+
+    def text(self) -> str:
+        return self.take(self.vint()).decode()
+
+    def varint(self) -> int:  # protobuf's
+        shift = value = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+
+def read_token_storage(data: bytes) -> list[Token]:
+    """The tokens of a file in Hadoop's token storage format ("HDTS", then version 0:
+    Writable, or 1: protobuf)."""
+    if data[:4] != b"HDTS" or len(data) < 5:
+        raise ValueError("not a Hadoop token storage file (no HDTS header)")
+    version, reader = data[4], _Reader(data[5:])
+    tokens = []
+    if version == 0:
+        for _ in range(reader.vint()):
+            alias = reader.text()
+            identifier = reader.take(reader.vint())
+            password = reader.take(reader.vint())
+            tokens.append(Token(alias, identifier, password, reader.text(), reader.text()))
+        return tokens
+    if version == 1:
+        end = reader.varint() + reader.at
+        while reader.at < end:
+            key = reader.varint()
+            body = _Reader(reader.take(reader.varint()))
+            if key >> 3 == 1:  # tokens: CredentialsKVProto {alias, token}
+                tokens.append(_protobuf_token(body))
+        return tokens
+    raise ValueError(f"unknown Hadoop token storage version {version}")
+
+
+def _protobuf_token(body: _Reader) -> Token:
+    fields: dict[int, bytes] = {}
+    token: dict[int, bytes] = {}
+    while body.at < len(body.data):
+        key = body.varint()
+        fields[key >> 3] = body.take(body.varint())
+    inner = _Reader(fields.get(2, b""))
+    while inner.at < len(inner.data):
+        key = inner.varint()
+        token[key >> 3] = inner.take(inner.varint())
+    return Token(fields.get(1, b"").decode(), token.get(1, b""), token.get(2, b""),
+                 token.get(3, b"").decode(), token.get(4, b"").decode())
+
+
+_lock = threading.Lock()
+_handed_over: list[Token] | None = None
+
+
+def use_tokens(tokens: list[Token]) -> None:
+    """Newer tokens (from the AppMaster) replace those YARN localized, for every
+    filesystem made from now on."""
+    global _handed_over
+    with _lock:
+        _handed_over = list(tokens)
+
+
+def container_tokens() -> list[Token]:
+    """The tokens this process has: handed over, else YARN's file; [] outside YARN."""
+    with _lock:
+        if _handed_over is not None:
+            return list(_handed_over)
+    path = os.environ.get(TOKEN_FILE_VARIABLE)
+    if not path or not Path(path).is_file():
+        return []
+    return read_token_storage(Path(path).read_bytes())
+
+
+def hdfs_delegation_token() -> str | None:
+    """The URL form of this process's HDFS delegation token, if it has one."""
+    found = [t for t in container_tokens() if t.kind == HDFS_TOKEN_KIND]
+    return found[-1].url_string() if found else None
+
+
+# -------------------------------------------------------------------- tickets
+
+
+def spnego_auth():
+    """requests' SPNEGO authentication with this process's Kerberos ticket."""
+    from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
+
+    check_ticket()
+    return HTTPSPNEGOAuth(mutual_authentication=OPTIONAL)
+
+
+def check_ticket() -> str:
+    """The principal of the valid ticket in the current cache; else KerberosError."""
+    import gssapi
+
+    try:
+        credentials = gssapi.Credentials(usage="initiate")
+        lifetime = credentials.lifetime
+        name = str(credentials.name)
+    except gssapi.exceptions.GSSError as error:
+        cache = os.environ.get("KRB5CCNAME", "the default ticket cache")
+        raise KerberosError(
+            f"the Hadoop cluster is secure (Kerberos) and {cache} holds no valid ticket "
+            f"({_first_line(error)}): run `kinit`, or name a keytab with -D "
+            f"security.kerberos.login.keytab=... -D security.kerberos.login.principal=..."
+        ) from None
+    if lifetime is not None and lifetime <= 0:
+        raise KerberosError(f"the Kerberos ticket of {name} has expired: run `kinit` again, "
+                            f"or name a keytab with -D security.kerberos.login.keytab=...")
+    return name
+
+
+def login(keytab: str, principal: str, cache: Path) -> str:
+    """A ticket for `principal` from `keytab` into the cache file `cache`, which becomes
+    this process's (and its children's) KRB5CCNAME; returns the principal."""
+    import gssapi
+
+    if not Path(keytab).is_file():
+        raise KerberosError(f"security.kerberos.login.keytab: no such file: {keytab}")
+    if not principal:
+        raise KerberosError("security.kerberos.login.keytab needs "
+                            "security.kerberos.login.principal")
+    cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    name = gssapi.Name(principal, gssapi.NameType.kerberos_principal)
+    try:
+        credentials = gssapi.Credentials(name=name, usage="initiate", store={
+            "client_keytab": keytab, "ccache": f"FILE:{cache}"})
+        credentials.store(store={"ccache": f"FILE:{cache}"}, overwrite=True, set_default=True)
+    except gssapi.exceptions.GSSError as error:
+        raise KerberosError(f"cannot log in as {principal} from the keytab {keytab}: "
+                            f"{_first_line(error)}") from None
+    os.chmod(cache, 0o600)
+    os.environ["KRB5CCNAME"] = f"FILE:{cache}"
+    return principal
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else error.__class__.__name__
+
+
+# ------------------------------------------------------------------------ TLS
+
+
+def ca_bundle(directory: Path | None = None) -> str | bool:
+    """A PEM file of the certificates in ssl-client.xml's truststore (PKCS12), for
+    requests' `verify`; True (the system's) when no truststore is configured."""
+    properties = hadoop.site_properties("ssl-client.xml", directory)
+    location = properties.get("ssl.client.truststore.location")
+    if not location:
+        return True
+    from cryptography.hazmat.primitives.serialization import Encoding, pkcs12
+
+    data = Path(location).read_bytes()
+    password = properties.get("ssl.client.truststore.password", "").encode() or None
+    try:
+        store = pkcs12.load_pkcs12(data, password)
+    except ValueError:
+        raise hadoop.HadoopConfigError(
+            f"ssl-client.xml: cannot read the truststore {location} (a PKCS12 store with "
+            f"ssl.client.truststore.password is needed; convert a JKS one with keytool "
+            f"-importkeystore)") from None
+    pem = b"".join(c.certificate.public_bytes(Encoding.PEM) for c in store.additional_certs)
+    if store.cert is not None:
+        pem += store.cert.certificate.public_bytes(Encoding.PEM)
+    target = Path(tempfile.gettempdir()) / f"flinkyarn-ca-{hashlib.sha256(pem).hexdigest()[:16]}.pem"
+    if not target.exists():
+        partial = target.with_suffix(f".{os.getpid()}.partial")
+        partial.write_bytes(pem)
+        os.replace(partial, target)
+    return str(target)
