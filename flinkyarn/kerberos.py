@@ -19,6 +19,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ TOKEN_FILE_VARIABLE = "HADOOP_TOKEN_FILE_LOCATION"
 HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
 
 
-class KerberosError(RuntimeError):
+class KerberosError(hadoop.HadoopConfigError):
     """No usable Kerberos identity: the message says what to do."""
 
 
@@ -209,6 +210,29 @@ def check_ticket() -> str:
     return name
 
 
+def client_login(conf) -> None:
+    """A client command's identity on a secure cluster (nothing on another): logged in
+    from security.kerberos.login.keytab into a ticket cache of this user's own, or the
+    ticket cache of kinit, checked; else one KerberosError saying what to do."""
+    from flinkyarn import options
+
+    if not security_enabled():
+        return
+    keytab = conf.get(options.SECURITY_KERBEROS_KEYTAB)
+    if keytab:
+        principal = conf.get(options.SECURITY_KERBEROS_PRINCIPAL)
+        digest = hashlib.sha256(f"{keytab}\0{principal}".encode()).hexdigest()[:16]
+        home = Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
+        login(os.path.expanduser(keytab), principal, home / "tickets" / f"krb5cc-{digest}")
+        return
+    if not conf.get(options.SECURITY_KERBEROS_USE_TICKET_CACHE):
+        raise KerberosError("the Hadoop cluster is secure (Kerberos) and "
+                            "security.kerberos.login.use-ticket-cache is false: name a keytab "
+                            "with -D security.kerberos.login.keytab=... -D "
+                            "security.kerberos.login.principal=...")
+    check_ticket()
+
+
 def login(keytab: str, principal: str, cache: Path) -> str:
     """A ticket for `principal` from `keytab` into the cache file `cache`, which becomes
     this process's (and its children's) KRB5CCNAME; returns the principal."""
@@ -263,8 +287,8 @@ def ca_bundle(directory: Path | None = None) -> str | bool:
     if store.cert is not None:
         pem += store.cert.certificate.public_bytes(Encoding.PEM)
     target = Path(tempfile.gettempdir()) / f"flinkyarn-ca-{hashlib.sha256(pem).hexdigest()[:16]}.pem"
-    if not target.exists():
-        partial = target.with_suffix(f".{os.getpid()}.partial")
+    if not target.exists():  # written whole under a name of its own, then renamed
+        partial = target.with_name(f"{target.name}.{uuid.uuid4().hex}.partial")
         partial.write_bytes(pem)
         os.replace(partial, target)
     return str(target)

@@ -177,6 +177,15 @@ PYTHON_FILES = option(
     "Comma-separated Python files, folders, .zip or .egg files put on the PYTHONPATH of the program and of every container (--py-files, -pyfs).")
 
 # PySpark scripts (flinkyarn run --pyspark)
+SECURITY_KERBEROS_KEYTAB = option(
+    "security.kerberos.login.keytab", STRING, "",
+    "On a Kerberos-secured Hadoop: the keytab the client logs in from (with security.kerberos.login.principal); empty: the ticket cache of kinit.")
+SECURITY_KERBEROS_PRINCIPAL = option(
+    "security.kerberos.login.principal", STRING, "",
+    "The principal of security.kerberos.login.keytab.")
+SECURITY_KERBEROS_USE_TICKET_CACHE = option(
+    "security.kerberos.login.use-ticket-cache", BOOL, "true",
+    "Whether the client may use the ticket cache of kinit when no keytab is named.")
 PYSPARK_MASTER = option(
     "pyspark.master", STRING, "",
     "Where a PySpark script's Spark runs: yarn (executors in YARN containers of the same queue), local (local[slot cores] inside the slot), or any Spark master URL; empty: yarn on a YARN target, local on the local target.")

@@ -442,6 +442,10 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
             "yarn.nodemanager.keytab": keytab,
             "yarn.resourcemanager.delegation.token.renew-interval": TOKEN_RENEW_INTERVAL_MS,
             "yarn.resourcemanager.delegation.token.max-lifetime": TOKEN_MAX_LIFETIME_MS,
+            # Aggregating a secure node's logs opens them with Hadoop's SecureIOUtils,
+            # which needs the native libhadoop that no Maven jar carries: the NodeManager
+            # would die at the first application's end. The logs stay on the nodes.
+            "yarn.log-aggregation-enable": "false",
         },
         "ssl-server.xml": {
             "ssl.server.keystore.location": kdc.keystore,

@@ -321,7 +321,8 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
         code = 1
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except (ClusterStartError, YarnDeploymentError, RestError, ShippingError) as error:
+    except (ClusterStartError, YarnDeploymentError, RestError, ShippingError,
+            HadoopConfigError) as error:
         click.echo(f"error: {error}", err=True)
         code = 1
     except Exception:

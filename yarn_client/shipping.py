@@ -85,6 +85,10 @@ class Shipment:
 # ----------------------------------------------------------------- the staging area
 
 
+def _no_auth(request):
+    return request
+
+
 class Staging:
     """`<staging>` on the default filesystem, over WebHDFS."""
 
@@ -149,9 +153,11 @@ class Staging:
         location = self.fs._apply_proxy(response.headers["Location"])
         try:
             with open(local, "rb") as data:
+                # The DataNode's URL carries what authenticates the write (on a secure
+                # cluster a delegation token the NameNode put in it): no SPNEGO there.
                 put = self.fs.session.put(
                     location, data=_Progress(data, local.stat().st_size, self.say),
-                    headers={"content-type": "application/octet-stream"})
+                    headers={"content-type": "application/octet-stream"}, auth=_no_auth)
             put.raise_for_status()
         except BaseException:
             self.remove_quietly(partial)

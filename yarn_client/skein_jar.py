@@ -77,9 +77,12 @@ def patched_jar(original: str, cache: Path) -> Path:
 
 
 def driver_java_options() -> str:
-    """The JVM options of a skein driver started by this client: lean, and what the user
-    sets in SKEIN_DRIVER_JAVA_OPTIONS (skein's own variable) after them."""
-    return f"{LEAN_JVM} {os.environ.get('SKEIN_DRIVER_JAVA_OPTIONS', '')}".strip()
+    """The JVM options of a skein driver started by this client: lean, the Kerberos
+    configuration MIT's tools use (KRB5_CONFIG, which Java does not read), and what the
+    user sets in SKEIN_DRIVER_JAVA_OPTIONS (skein's own variable) after them."""
+    krb5 = (f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}"
+            if os.environ.get("KRB5_CONFIG") else "")
+    return " ".join(filter(None, (LEAN_JVM, krb5, os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", ""))))
 
 
 def client(log=False):

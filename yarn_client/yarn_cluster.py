@@ -27,7 +27,7 @@ from typing import TextIO
 
 import msgspec
 
-from flinkyarn import hadoop, options
+from flinkyarn import hadoop, kerberos, options
 from flinkyarn.configuration import Configuration
 from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
@@ -166,6 +166,7 @@ class YarnClusterDescriptor:
         """Submits a per-job (with `graph`) or session application and returns once its
         REST API answers. On any failure the application is killed and the error says
         where to look."""
+        kerberos.client_login(self.conf)
         containers = self._containers()
         check_request(self.yarn.queue, containers)
         extras = self._ship_files()
@@ -328,8 +329,10 @@ def connect(app_id: str, conf: Configuration | None = None) -> RestClient:
     kept in ~/.flinkyarn, or else from the application's files in the user's staging
     folder on HDFS (another machine, another HOME), fetched once into ~/.flinkyarn."""
     target = application_dir(app_id)
+    conf = conf or Configuration.load()
+    kerberos.client_login(conf)
     if not (target / "cluster.json").is_file():
-        _fetch_application(app_id, target, conf or Configuration.load())
+        _fetch_application(app_id, target, conf)
     info = json.loads((target / "cluster.json").read_text())
     return RestClient(info["rest_address"], ClusterSecurity.load(target / "security"))
 
