@@ -352,6 +352,7 @@ def write_config(layout: Layout, count: int = 1) -> None:
     _write_command(layout, "hdfs", {
         "dfs": "org.apache.hadoop.fs.FsShell",
         "dfsadmin": "org.apache.hadoop.hdfs.tools.DFSAdmin",
+        "fetchdt": "org.apache.hadoop.hdfs.tools.DelegationTokenFetcher",
         "classpath": None,
     }, classpath)
 
