@@ -98,7 +98,7 @@ def test_cluster_command_rejects_unknown_subcommand():
     result = subprocess.run([str(local_hadoop.REPO / "integration" / "cluster"), "upp"],
                             capture_output=True, text=True)
     assert result.returncode == 2
-    assert "usage: integration/cluster {up [--nodes N]|down|status|env}" in result.stderr
+    assert "usage: integration/cluster {up [--nodes N] [--secure]|down|status|env}" in result.stderr
     for bad in (["up", "--nodes"], ["up", "--nodes", "two"], ["down", "--nodes", "2"]):
         result = subprocess.run([str(local_hadoop.REPO / "integration" / "cluster"), *bad],
                                 capture_output=True, text=True)
