@@ -232,6 +232,7 @@ def recorded_node_count(layout: Layout) -> int:
 
 
 def _record_node_count(layout: Layout, count: int, secure: bool = False) -> None:
+    layout.work.mkdir(parents=True, exist_ok=True)
     layout.node_record.write_text(json.dumps({"nodes": count, "secure": secure}) + "\n")
 
 
