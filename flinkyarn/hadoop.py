@@ -84,8 +84,8 @@ def hdfs(user: str | None = None, host: str | None = None):
     if not kerberos.security_enabled():
         filesystem = WebHDFS(host=host or web_host, port=port, user=user or getpass.getuser(),
                              **tls)
-    elif (token := kerberos.hdfs_delegation_token()) is not None:
-        filesystem = WebHDFS(host=host or web_host, port=port, token=token, **tls)
+    elif kerberos.hdfs_delegation_token() is not None:
+        filesystem = kerberos.DelegatedWebHDFS(host=host or web_host, port=port, **tls)
     else:
         filesystem = WebHDFS(host=host or web_host, port=port, **tls)
         filesystem.session.auth = kerberos.spnego_auth()

@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from fsspec.implementations.webhdfs import WebHDFS
+
 from flinkyarn import hadoop
 
 TOKEN_FILE_VARIABLE = "HADOOP_TOKEN_FILE_LOCATION"
@@ -176,6 +178,15 @@ def hdfs_delegation_token() -> str | None:
     """The URL form of this process's HDFS delegation token, if it has one."""
     found = [t for t in container_tokens() if t.kind == HDFS_TOKEN_KIND]
     return found[-1].url_string() if found else None
+
+
+class DelegatedWebHDFS(WebHDFS):
+    """WebHDFS that sends the process's current HDFS delegation token with every call:
+    a filesystem made before newer tokens were handed over (`use_tokens`) keeps working."""
+
+    def _call(self, op, method="get", path=None, data=None, redirect=True, **kwargs):
+        self.pars["delegation"] = hdfs_delegation_token()
+        return super()._call(op, method, path, data, redirect, **kwargs)
 
 
 # -------------------------------------------------------------------- tickets

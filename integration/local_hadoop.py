@@ -798,7 +798,11 @@ def _get_json_spnego(layout: Layout, url: str, timeout: float) -> dict:
     kdc = layout.kdc()
     cache = layout.kdc_dir / "health.cc"
     if not cache.exists() or time.time() - cache.stat().st_mtime > 3600:
-        kdc.kinit(cache)
+        from kdc import KdcError
+        try:
+            kdc.kinit(cache)
+        except KdcError as error:  # the KDC is down: as unreachable as the endpoint
+            raise OSError(str(error)) from None
     result = subprocess.run(
         ["curl", "-sS", "--fail", "--negotiate", "-u", ":", "--noproxy", "*",
          "--cacert", str(kdc.ca_pem), "--max-time", str(timeout), url],
