@@ -1,7 +1,7 @@
 """The secure tier: the two-node test cluster in Hadoop's secure mode (Kerberos, its own
 KDC: `integration/cluster up --nodes 2 --secure`). The cluster's ports are fixed, so the
-tier stops a plain cluster first and brings it back afterwards if it ran before; it runs
-after tests/yarn."""
+tier stops a plain cluster first and brings it back afterwards if it ran before (but for
+one integration/run-tests started); it runs after tests/yarn."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def secure_hadoop() -> local_hadoop.Layout:
     yield layout
     os.environ.clear()
     os.environ.update(saved)
-    if healthy and not was[1]:  # a plain cluster ran before: it runs again
+    # A plain cluster that ran before runs again, unless integration/run-tests started
+    # it (and stops it right after the tests).
+    if healthy and not was[1] and not os.environ.get("FLINKYARN_TEST_CLUSTER_OWNED"):
         local_hadoop.down(layout, say=lambda line: None)
         local_hadoop.up(layout, say=print, nodes=was[0], secure=False)
