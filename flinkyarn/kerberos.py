@@ -15,6 +15,7 @@ A missing or expired ticket is one clear KerberosError, never a GSSAPI trace.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import tempfile
@@ -156,8 +157,8 @@ _handed_over: list[Token] | None = None
 
 
 def use_tokens(tokens: list[Token]) -> None:
-    """Newer tokens (from the AppMaster) replace those YARN localized, for every
-    filesystem made from now on."""
+    """Newer tokens (from the AppMaster) replace those YARN localized, for every call of
+    every DelegatedWebHDFS from now on."""
     global _handed_over
     with _lock:
         _handed_over = list(tokens)
@@ -169,9 +170,16 @@ def container_tokens() -> list[Token]:
         if _handed_over is not None:
             return list(_handed_over)
     path = os.environ.get(TOKEN_FILE_VARIABLE)
-    if not path or not Path(path).is_file():
-        return []
-    return read_token_storage(Path(path).read_bytes())
+    return list(_token_file(path)) if path else []
+
+
+@functools.lru_cache(maxsize=4)
+def _token_file(path: str) -> tuple[Token, ...]:
+    """The tokens of YARN's file, read once: YARN writes it before the process starts
+    (DelegatedWebHDFS asks for the token on every call)."""
+    if not Path(path).is_file():
+        return ()
+    return tuple(read_token_storage(Path(path).read_bytes()))
 
 
 def hdfs_delegation_token() -> str | None:
@@ -283,10 +291,17 @@ def ca_bundle(directory: Path | None = None) -> str | bool:
     location = properties.get("ssl.client.truststore.location")
     if not location:
         return True
+    return _pem_of_truststore(location, properties.get("ssl.client.truststore.password", ""))
+
+
+@functools.lru_cache(maxsize=4)
+def _pem_of_truststore(location: str, password_text: str) -> str:
+    """The truststore's certificates as a PEM file, made once per store (every WebHDFS
+    filesystem asks for it)."""
     from cryptography.hazmat.primitives.serialization import Encoding, pkcs12
 
     data = Path(location).read_bytes()
-    password = properties.get("ssl.client.truststore.password", "").encode() or None
+    password = password_text.encode() or None
     try:
         store = pkcs12.load_pkcs12(data, password)
     except ValueError:

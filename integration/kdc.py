@@ -192,15 +192,15 @@ class Kdc:
         deadline = time.monotonic() + timeout
         cache = self.folder / "probe.cc"
         while True:
-            probe = subprocess.run(["kinit", "-kt", str(self.user_keytab), "-c",
-                                    f"FILE:{cache}", self.user_principal],
-                                   capture_output=True, text=True, env=self.env())
-            cache.unlink(missing_ok=True)
-            if probe.returncode == 0:
+            try:
+                self.kinit(cache)
                 return pid
-            if time.monotonic() > deadline:
-                raise KdcError(f"the KDC issues no ticket after {timeout:g} s: "
-                               f"{probe.stderr.strip()}; see {self.log}")
+            except KdcError as error:
+                if time.monotonic() > deadline:
+                    raise KdcError(f"the KDC issues no ticket after {timeout:g} s: {error}; "
+                                   f"see {self.log}") from None
+            finally:
+                cache.unlink(missing_ok=True)
             time.sleep(0.3)
 
     def stop(self) -> int | None:

@@ -371,8 +371,7 @@ def _node_security(layout: Layout, node: Node, files: dict[str, dict[str, object
         (folder / name).chmod(0o600)
     files["yarn-site.xml"]["yarn.nodemanager.keytab"] = folder / "nm.keytab"
     files["core-site.xml"]["hadoop.http.authentication.kerberos.keytab"] = folder / "nm.keytab"
-    for key in ("ssl.server.truststore.location",):
-        files["ssl-server.xml"][key] = folder / "truststore.p12"
+    files["ssl-server.xml"]["ssl.server.truststore.location"] = folder / "truststore.p12"
     files["ssl-client.xml"]["ssl.client.truststore.location"] = folder / "truststore.p12"
 
 
@@ -778,31 +777,35 @@ def _format_namenode(layout: Layout, say: Callable[[str], None]) -> None:
 # --------------------------------------------------------------------------- health
 
 
-def _get_json(url: str, timeout: float = 3.0, cafile: Path | None = None) -> dict:
+def _get_json(url: str, timeout: float = 3.0) -> dict:
     layout = Layout.default()
     if recorded_secure(layout):
         return _get_json_spnego(layout, url, timeout)
-    import ssl
-    handlers = [urllib.request.ProxyHandler({})]
-    if cafile is not None:
-        handlers.append(urllib.request.HTTPSHandler(
-            context=ssl.create_default_context(cafile=str(cafile))))
-    opener = urllib.request.build_opener(*handlers)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=timeout) as response:
         return json.load(response)
 
 
-def _get_json_spnego(layout: Layout, url: str, timeout: float) -> dict:
-    """A secure cluster's web endpoints want SPNEGO: curl (GSS-API) with a ticket of the
-    user's own, in a cache of the cluster's folder (the user's default cache is theirs)."""
-    kdc = layout.kdc()
-    cache = layout.kdc_dir / "health.cc"
+def _cluster_ticket(layout: Layout) -> Path:
+    """A ticket cache of the cluster's folder with a ticket of the user's own (the user's
+    default cache is theirs), renewed when older than an hour. A KDC that is down makes
+    it an OSError, as unreachable as any endpoint."""
+    from kdc import KdcError
+
+    cache = layout.kdc_dir / "cluster.cc"
     if not cache.exists() or time.time() - cache.stat().st_mtime > 3600:
-        from kdc import KdcError
         try:
-            kdc.kinit(cache)
-        except KdcError as error:  # the KDC is down: as unreachable as the endpoint
+            layout.kdc().kinit(cache)
+        except KdcError as error:
             raise OSError(str(error)) from None
+    return cache
+
+
+def _get_json_spnego(layout: Layout, url: str, timeout: float) -> dict:
+    """A secure cluster's web endpoints want SPNEGO: curl (GSS-API) with the cluster's
+    ticket, checking the NameNode's certificate against the realm's CA."""
+    kdc = layout.kdc()
+    cache = _cluster_ticket(layout)
     result = subprocess.run(
         ["curl", "-sS", "--fail", "--negotiate", "-u", ":", "--noproxy", "*",
          "--cacert", str(kdc.ca_pem), "--max-time", str(timeout), url],
@@ -812,21 +815,19 @@ def _get_json_spnego(layout: Layout, url: str, timeout: float) -> dict:
     return json.loads(result.stdout)
 
 
-def namenode_web(layout: Layout | None = None) -> tuple[str, Path | None]:
-    """(the NameNode's web address, the CA file to check it with): HTTPS on a secure
-    cluster."""
+def namenode_web(layout: Layout | None = None) -> str:
+    """The NameNode's web address: HTTPS on a secure cluster."""
     layout = layout or Layout.default()
     if recorded_secure(layout):
-        return f"https://{_address('dfs.namenode.https-address')}", layout.kdc().ca_pem
-    return NN_WEB, None
+        return f"https://{_address('dfs.namenode.https-address')}"
+    return NN_WEB
 
 
 def hdfs_state() -> tuple[bool, str]:
     """(healthy, what it is waiting for): out of safe mode with a live DataNode."""
-    web, cafile = namenode_web()
+    web = namenode_web()
     try:
-        beans = _get_json(f"{web}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState",
-                          cafile=cafile)["beans"]
+        beans = _get_json(f"{web}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"]
     except (OSError, ValueError, KeyError) as error:
         return False, f"NameNode web at {web} not answering ({error.__class__.__name__})"
     if not beans:
@@ -1033,23 +1034,17 @@ def up(layout: Layout | None = None, timeout: float = 180.0,
         _webhdfs("PUT", "/tmp", "SETPERMISSION", permission="1777")
         _webhdfs("PUT", f"/user/{_user()}", "MKDIRS")
     say(f"local Hadoop is up with {count} node(s){', secure' if secure else ''}: "
-        f"ResourceManager {RM_WEB}, NameNode {namenode_web(layout)[0]}, fs {DEFAULT_FS}")
+        f"ResourceManager {RM_WEB}, NameNode {namenode_web(layout)}, fs {DEFAULT_FS}")
 
 
 def _secure_mkdirs(layout: Layout) -> None:
-    """up's folders, made over RPC with a ticket of the user's own (in a cache of this
-    call only: the user's default cache is theirs)."""
-    cache = layout.kdc_dir / "up.cc"
-    try:
-        layout.kdc().kinit(cache)
-        env = {**daemon_env(layout), "KRB5CCNAME": f"FILE:{cache}"}
-        for args in (["-mkdir", "-p", "/tmp", f"/user/{_user()}"], ["-chmod", "1777", "/tmp"]):
-            result = subprocess.run([str(layout.bin / "hdfs"), "dfs", *args],
-                                    capture_output=True, text=True, env=env)
-            if result.returncode != 0:
-                raise ClusterError(f"hdfs dfs {' '.join(args)} failed: {result.stderr[-2000:]}")
-    finally:
-        cache.unlink(missing_ok=True)
+    """up's folders, made over RPC with the cluster's ticket."""
+    env = {**daemon_env(layout), "KRB5CCNAME": f"FILE:{_cluster_ticket(layout)}"}
+    for args in (["-mkdir", "-p", "/tmp", f"/user/{_user()}"], ["-chmod", "1777", "/tmp"]):
+        result = subprocess.run([str(layout.bin / "hdfs"), "dfs", *args],
+                                capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise ClusterError(f"hdfs dfs {' '.join(args)} failed: {result.stderr[-2000:]}")
 
 
 def down(layout: Layout | None = None, timeout: float = 30.0,
@@ -1125,7 +1120,7 @@ def status(layout: Layout | None = None) -> tuple[bool, str]:
     yarn_ok, yarn_what = yarn_state(count)
     lines.append(f"{'HDFS':16} {hdfs_what}")
     lines.append(f"{'YARN':16} {yarn_what}")
-    lines.append(f"ResourceManager web: {RM_WEB}    NameNode web: {namenode_web(layout)[0]}    "
+    lines.append(f"ResourceManager web: {RM_WEB}    NameNode web: {namenode_web(layout)}    "
                  f"fs: {DEFAULT_FS}")
     return running and hdfs_ok and yarn_ok, "\n".join(lines)
 

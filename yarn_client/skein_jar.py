@@ -29,8 +29,7 @@ _AM_JAVA = "/bin/java -Xmx128M "
 # -XX:-UsePerfData: the JVM's hsperfdata file goes to /tmp whatever java.io.tmpdir says,
 # which is outside the container's folders and left behind by a killed AppMaster.
 # skein's JVMs (the client's driver, the ApplicationMaster) mostly wait: lean ones.
-LEAN_JVM = hadoop.LEAN_JVM
-_AM_JAVA_17 = (f"/bin/java -Xmx128M {LEAN_JVM} --add-opens=java.base/java.util=ALL-UNNAMED "
+_AM_JAVA_17 = (f"/bin/java -Xmx128M {hadoop.LEAN_JVM} --add-opens=java.base/java.util=ALL-UNNAMED "
                "--add-opens=java.base/java.lang=ALL-UNNAMED ")
 # class file -> the string constants rewritten in it
 _PATCHES = {
@@ -82,7 +81,7 @@ def driver_java_options() -> str:
     user sets in SKEIN_DRIVER_JAVA_OPTIONS (skein's own variable) after them."""
     krb5 = (f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}"
             if os.environ.get("KRB5_CONFIG") else "")
-    return " ".join(filter(None, (LEAN_JVM, krb5, os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", ""))))
+    return " ".join(filter(None, (hadoop.LEAN_JVM, krb5, os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", ""))))
 
 
 def client(log=False):
