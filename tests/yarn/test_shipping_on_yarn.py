@@ -69,9 +69,11 @@ def application_logs(app_id: str, expect: str, count: int = 1) -> str:
 
 def node_files(nodes) -> set[str]:
     """Every file in the isolated nodes' /tmp (a shared node's /tmp is the machine's),
-    but for an empty JVM performance-data folder (any JVM of the node makes one)."""
+    but for the JVMs' performance data (each live JVM of the node keeps a file there, which
+    the next JVM removes once its process is gone: a container of the test before may still
+    be ending when this one starts)."""
     return {str(p) for node in nodes if node.tmp for p in node.tmp.rglob("*")
-            if not (p.name.startswith("hsperfdata_") and p.is_dir() and not any(p.iterdir()))}
+            if not any(part.startswith("hsperfdata_") for part in p.relative_to(node.tmp).parts)}
 
 
 def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, tmp_path):
@@ -107,7 +109,7 @@ def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, tmp_p
         assert python.endswith("/environment/bin/python"), python
         assert not python.startswith(str(REPO / ".venv")), "the client's interpreter"
         assert any(python.startswith(str(node.local_dirs)) for node in nodes), python
-    assert node_files(nodes) == before, "files left in a node's /tmp"
+    assert node_files(nodes) <= before, "files left in a node's /tmp"
 
 
 def test_a_second_submit_of_the_same_environment_uploads_nothing(nodes, tmp_path):
