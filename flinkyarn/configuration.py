@@ -88,6 +88,13 @@ def _parse_positive_float(text: str) -> float:
     return value
 
 
+def _parse_fraction(text: str) -> float:
+    value = _parse_float(text)
+    if not 0 < value < 1:
+        raise ValueError("not between 0 and 1")
+    return value
+
+
 def _parse_bool(text: str) -> bool:
     # Only true/false, as Flink: `yes`/`on` would mean true in YAML 1.1 but not after -D.
     lowered = text.strip().lower()
@@ -182,6 +189,7 @@ def choice(*values: str) -> OptionType[str]:
 INT: OptionType[int] = integer()
 FLOAT: OptionType[float] = OptionType("float", "a number", _parse_float)
 POSITIVE_FLOAT: OptionType[float] = OptionType("float", "a number greater than 0", _parse_positive_float)
+FRACTION: OptionType[float] = OptionType("float", "a number between 0 and 1 (both excluded)", _parse_fraction)
 BOOL: OptionType[bool] = OptionType("bool", "true or false", _parse_bool)
 STRING: OptionType[str] = OptionType("str", "any text", str)
 DURATION: OptionType[float] = OptionType(

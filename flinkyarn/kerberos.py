@@ -36,6 +36,11 @@ class KerberosError(hadoop.HadoopConfigError):
     """No usable Kerberos identity: the message says what to do."""
 
 
+# Where an AppMaster publishes what it has to say of its delegation tokens (a
+# gateways.dispatcher.TokenStatus, in skein's key-value store), for the client.
+TOKEN_STATUS_KEY = "flinkyarn.delegation_tokens"
+
+
 def security_enabled(directory: Path | None = None) -> bool:
     properties = hadoop.site_properties("core-site.xml", directory)
     return properties.get("hadoop.security.authentication", "simple").lower() == "kerberos"
@@ -61,6 +66,28 @@ class Token:
                          _vint(len(self.password)), self.password,
                          _text(self.kind), _text(self.service)])
         return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    @classmethod
+    def from_url_string(cls, text: str, alias: str = "") -> "Token":
+        """The inverse of url_string (what WebHDFS's GETDELEGATIONTOKEN answers)."""
+        reader = _Reader(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        identifier = reader.take(reader.vint())
+        password = reader.take(reader.vint())
+        return cls(alias, identifier, password, reader.text(), reader.text())
+
+    def max_date(self) -> float | None:
+        """When the token can be renewed no more (seconds since the epoch), from its
+        identifier (Hadoop's AbstractDelegationTokenIdentifier: version, owner, renewer,
+        real user, issue date, max date, ...); None for another kind of identifier."""
+        try:
+            reader = _Reader(self.identifier)
+            reader.take(1)
+            for _ in range(3):
+                reader.text()
+            reader.vint()  # issue date
+            return reader.vint() / 1000.0
+        except (ValueError, UnicodeDecodeError):
+            return None
 
 
 def _vint(value: int) -> bytes:
@@ -138,6 +165,18 @@ def read_token_storage(data: bytes) -> list[Token]:
     raise ValueError(f"unknown Hadoop token storage version {version}")
 
 
+def write_token_storage(tokens: list[Token]) -> bytes:
+    """Hadoop's token storage format, version 0 (Writable): what YARN localizes as
+    HADOOP_TOKEN_FILE_LOCATION and Hadoop's Java clients read."""
+    data = [b"HDTS\x00", _vint(len(tokens))]
+    for token in tokens:
+        data += [_text(token.alias), _vint(len(token.identifier)), token.identifier,
+                 _vint(len(token.password)), token.password, _text(token.kind),
+                 _text(token.service)]
+    data.append(_vint(0))  # no secret keys
+    return b"".join(data)
+
+
 def _protobuf_token(body: _Reader) -> Token:
     fields: dict[int, bytes] = {}
     token: dict[int, bytes] = {}
@@ -162,6 +201,25 @@ def use_tokens(tokens: list[Token]) -> None:
     global _handed_over
     with _lock:
         _handed_over = list(tokens)
+
+
+def install_tokens(newer: list[Token], folder: Path) -> Path:
+    """Newer tokens for this process (`use_tokens`) and for the processes it starts from
+    now on, each replacing the one of its kind and service: written owner-only into
+    `folder`, which HADOOP_TOKEN_FILE_LOCATION then names. Returns the file."""
+    by_service = {(t.kind, t.service): t for t in container_tokens()}
+    by_service.update({(t.kind, t.service): t for t in newer})
+    tokens = list(by_service.values())
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    target = folder / "delegation.tokens"
+    partial = folder / f".delegation.tokens.{uuid.uuid4().hex}"
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(write_token_storage(tokens))
+    os.replace(partial, target)
+    use_tokens(tokens)
+    os.environ[TOKEN_FILE_VARIABLE] = str(target)
+    return target
 
 
 def container_tokens() -> list[Token]:
@@ -197,6 +255,59 @@ class DelegatedWebHDFS(WebHDFS):
         return super()._call(op, method, path, data, redirect, **kwargs)
 
 
+# ------------------------------------------------- fresh tokens from the NameNode
+
+
+def _namenode_session():
+    """A requests session to the NameNode's WebHDFS, authenticated with this process's
+    Kerberos ticket; and WebHDFS's root URL."""
+    import requests
+
+    session = requests.Session()
+    session.auth = spnego_auth()
+    host, port = hadoop.namenode_web_address()
+    if hadoop.https_only():
+        session.verify = ca_bundle()
+        session.trust_env = not isinstance(session.verify, str)
+        return session, f"https://{host}:{port}/webhdfs/v1/"
+    return session, f"http://{host}:{port}/webhdfs/v1/"
+
+
+def namenode_token_service() -> str:
+    """The service a Java client looks an HDFS token up by: the NameNode's RPC address
+    (host:port of fs.defaultFS), for a token that none from YARN tells."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(hadoop.default_fs())
+    return f"{parsed.hostname}:{parsed.port or 8020}"
+
+
+def obtain_hdfs_token(renewer: str, like: Token | None = None) -> tuple[Token, float]:
+    """A new HDFS delegation token for the logged-in user (WebHDFS GETDELEGATIONTOKEN),
+    named as `like` (alias, kind, service: Java clients find it where they found that
+    one), renewed once to learn when it expires; (token, expiry in seconds since the
+    epoch). Raises OSError (requests' errors are) or KerberosError."""
+    session, root = _namenode_session()
+    with session:
+        alias = like.alias if like else namenode_token_service()
+        response = session.get(root, params={
+            "op": "GETDELEGATIONTOKEN", "renewer": renewer,
+            "kind": like.kind if like else HDFS_TOKEN_KIND,
+            "service": like.service if like else namenode_token_service()}, timeout=30)
+        response.raise_for_status()
+        token = Token.from_url_string(response.json()["Token"]["urlString"], alias)
+        renewed = session.put(root, params={"op": "RENEWDELEGATIONTOKEN",
+                                            "token": token.url_string()}, timeout=30)
+        renewed.raise_for_status()
+        return token, renewed.json()["long"] / 1000.0
+
+
+def short_name(principal: str) -> str:
+    """Hadoop's short name of a principal of the default realm (`user/host@REALM` ->
+    `user`): who may renew the tokens it asks for."""
+    return principal.split("@", 1)[0].split("/", 1)[0]
+
+
 # -------------------------------------------------------------------- tickets
 
 
@@ -220,7 +331,7 @@ def check_ticket() -> str:
         cache = os.environ.get("KRB5CCNAME", "the default ticket cache")
         raise KerberosError(
             f"the Hadoop cluster is secure (Kerberos) and {cache} holds no valid ticket "
-            f"({_first_line(error)}): run `kinit`, or name a keytab with -D "
+            f"({first_line(error)}): run `kinit`, or name a keytab with -D "
             f"security.kerberos.login.keytab=... -D security.kerberos.login.principal=..."
         ) from None
     if lifetime is not None and lifetime <= 0:
@@ -270,13 +381,13 @@ def login(keytab: str, principal: str, cache: Path) -> str:
         credentials.store(store={"ccache": f"FILE:{cache}"}, overwrite=True, set_default=True)
     except gssapi.exceptions.GSSError as error:
         raise KerberosError(f"cannot log in as {principal} from the keytab {keytab}: "
-                            f"{_first_line(error)}") from None
+                            f"{first_line(error)}") from None
     os.chmod(cache, 0o600)
     os.environ["KRB5CCNAME"] = f"FILE:{cache}"
     return principal
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else error.__class__.__name__
 
@@ -294,10 +405,22 @@ def ca_bundle(directory: Path | None = None) -> str | bool:
     return _pem_of_truststore(location, properties.get("ssl.client.truststore.password", ""))
 
 
-@functools.lru_cache(maxsize=4)
 def _pem_of_truststore(location: str, password_text: str) -> str:
-    """The truststore's certificates as a PEM file, made once per store (every WebHDFS
-    filesystem asks for it)."""
+    """The truststore's certificates as a PEM file of their own (made again if a
+    process's scratch folder, where temporary files go, was removed meanwhile)."""
+    pem = _truststore_pem(location, password_text)
+    target = Path(tempfile.gettempdir()) / f"flinkyarn-ca-{hashlib.sha256(pem).hexdigest()[:16]}.pem"
+    if not target.exists():  # written whole under a name of its own, then renamed
+        partial = target.with_name(f"{target.name}.{uuid.uuid4().hex}.partial")
+        partial.write_bytes(pem)
+        os.replace(partial, target)
+    return str(target)
+
+
+@functools.lru_cache(maxsize=4)
+def _truststore_pem(location: str, password_text: str) -> bytes:
+    """The truststore's certificates, PEM-encoded; read once per store (every WebHDFS
+    filesystem asks for them)."""
     from cryptography.hazmat.primitives.serialization import Encoding, pkcs12
 
     data = Path(location).read_bytes()
@@ -312,9 +435,4 @@ def _pem_of_truststore(location: str, password_text: str) -> str:
     pem = b"".join(c.certificate.public_bytes(Encoding.PEM) for c in store.additional_certs)
     if store.cert is not None:
         pem += store.cert.certificate.public_bytes(Encoding.PEM)
-    target = Path(tempfile.gettempdir()) / f"flinkyarn-ca-{hashlib.sha256(pem).hexdigest()[:16]}.pem"
-    if not target.exists():  # written whole under a name of its own, then renamed
-        partial = target.with_name(f"{target.name}.{uuid.uuid4().hex}.partial")
-        partial.write_bytes(pem)
-        os.replace(partial, target)
-    return str(target)
+    return pem

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from flinkyarn.configuration import (
     BOOL,
     DURATION,
+    FRACTION,
     MEMORY_SIZE,
     POSITIVE_FLOAT,
     STRING,
@@ -186,6 +187,15 @@ SECURITY_KERBEROS_PRINCIPAL = option(
 SECURITY_KERBEROS_USE_TICKET_CACHE = option(
     "security.kerberos.login.use-ticket-cache", BOOL, "true",
     "Whether the client may use the ticket cache of kinit when no keytab is named.")
+SECURITY_DELEGATION_TOKENS_ENABLED = option(
+    "security.delegation.tokens.enabled", BOOL, "true",
+    "Whether an application with a keytab (security.kerberos.login.keytab, shipped owner-only to its AppMaster) obtains fresh delegation tokens before the old ones expire and hands them to its TaskExecutors, so that it outlives any one token.")
+SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO = option(
+    "security.delegation.tokens.renewal.time-ratio", FRACTION, "0.75",
+    "When fresh delegation tokens are obtained: this fraction of the time until the current ones expire.")
+SECURITY_DELEGATION_TOKENS_RENEWAL_RETRY_BACKOFF = option(
+    "security.delegation.tokens.renewal.retry.backoff", DURATION, "1 min",
+    "How long the AppMaster waits before it tries again when obtaining delegation tokens failed.")
 PYSPARK_MASTER = option(
     "pyspark.master", STRING, "",
     "Where a PySpark script's Spark runs: yarn (executors in YARN containers of the same queue), local (local[slot cores] inside the slot), or any Spark master URL; empty: yarn on a YARN target, local on the local target.")
@@ -248,6 +258,12 @@ def is_job_option(key: str) -> bool:
     """Whether a job may set `key` for itself (Flink's job-level fault-tolerance
     settings); everything else belongs to the cluster."""
     return key == FAILOVER_STRATEGY.key or key.startswith("restart-strategy.")
+
+
+def is_client_option(key: str) -> bool:
+    """Whether `key` is about the client itself (who it is on a secure cluster), which it
+    uses with any target, a session too."""
+    return key.startswith("security.kerberos.login.")
 
 
 def job_settings(raw: Mapping[str, str]) -> dict[str, str]:

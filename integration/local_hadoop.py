@@ -419,6 +419,11 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
             "hadoop.http.authentication.kerberos.principal": principal("HTTP"),
             "hadoop.http.authentication.kerberos.keytab": keytab,
             "hadoop.http.authentication.simple.anonymous.allowed": "false",
+            # The ResourceManager (its principal maps to this user) may obtain HDFS
+            # tokens on behalf of an application's user: the new tokens it hands the
+            # NodeManagers keep localizing containers past the tokens' maximum lifetime.
+            f"hadoop.proxyuser.{_user()}.hosts": "*",
+            f"hadoop.proxyuser.{_user()}.groups": "*",
         },
         "hdfs-site.xml": {
             "dfs.block.access.token.enable": "true",
@@ -443,6 +448,12 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
             "yarn.nodemanager.keytab": keytab,
             "yarn.resourcemanager.delegation.token.renew-interval": TOKEN_RENEW_INTERVAL_MS,
             "yarn.resourcemanager.delegation.token.max-lifetime": TOKEN_MAX_LIFETIME_MS,
+            "yarn.resourcemanager.proxy-user-privileges.enabled": "true",
+            # ... once a token has less than this left before its maximum lifetime (the
+            # default, 3 h, is longer than the whole of these tokens' lives): until then
+            # it renews the application's own, which a container localizing meanwhile uses.
+            "yarn.resourcemanager.system-credentials.valid-time-remaining":
+                TOKEN_MAX_LIFETIME_MS // 4,
             # Aggregating a secure node's logs opens them with Hadoop's SecureIOUtils,
             # which needs the native libhadoop that no Maven jar carries: the NodeManager
             # would die at the first application's end. The logs stay on the nodes.

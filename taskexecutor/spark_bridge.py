@@ -203,6 +203,18 @@ class SparkSessionProvider:
     def started(self) -> bool:
         return self._session is not None
 
+    def add_credentials(self, token_file: Path) -> None:
+        """Newer delegation tokens for a running JVM (one started later reads
+        HADOOP_TOKEN_FILE_LOCATION): added to its current user, as Spark adds those its
+        driver sends."""
+        session = self._session
+        if session is None:
+            return
+        jvm = session._jvm
+        credentials = jvm.org.apache.hadoop.security.Credentials.readTokenStorageFile(
+            jvm.java.io.File(str(token_file)), session._jsc.hadoopConfiguration())
+        jvm.org.apache.hadoop.security.UserGroupInformation.getCurrentUser().addCredentials(credentials)
+
     def stop(self) -> None:
         """Stops the session and its JVM's SparkContext, if started. Idempotent."""
         with self._lock:

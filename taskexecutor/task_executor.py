@@ -24,7 +24,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from flinkyarn import options
+from flinkyarn import kerberos, options
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
@@ -38,7 +38,8 @@ from flinkyarn.gateways.resource_manager import (NotifySlotAvailable, RegisterTa
 from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot, CancelTask,
                                               DisconnectJobManager, DisconnectResourceManager,
                                               FreeSlot, JobHeartbeatRequest, ReleasePartitions,
-                                              SubmitTask, TaskExecutorGateway)
+                                              SubmitTask, TaskExecutorGateway,
+                                              UpdateDelegationTokens)
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
                            ResourceManagerId, SlotID)
@@ -166,6 +167,8 @@ class TaskExecutor(RpcEndpoint):
                 await asyncio.sleep(min(attempt_timeout, remaining))
                 attempt_timeout = min(attempt_timeout * 2, policy.max_backoff)
                 continue
+            if registration.delegation_tokens:
+                self._install_delegation_tokens(registration.delegation_tokens)
             self.rm_connection = ResourceManagerConnection(
                 registration.resource_manager_id, registration.resource_manager_resource_id,
                 registration.instance_id)
@@ -196,6 +199,28 @@ class TaskExecutor(RpcEndpoint):
         check_fencing(current, request.resource_manager_id, "ResourceManager id")
         self._close_resource_manager_connection(request.cause)
         return ACK
+
+    async def update_delegation_tokens(self, request: UpdateDelegationTokens) -> Ack:
+        current = self.rm_connection.resource_manager_id if self.rm_connection else None
+        check_fencing(current, request.resource_manager_id, "ResourceManager id")
+        self._install_delegation_tokens(request.tokens)
+        return ACK
+
+    def _install_delegation_tokens(self, data: bytes) -> None:
+        """The AppMaster's newest tokens: for this process's HDFS calls, for the
+        processes it starts from now on (a PySpark driver, Spark's JVM) and for the JVM
+        already running."""
+        tokens = kerberos.read_token_storage(data)
+        if self.environment is None:
+            kerberos.use_tokens(tokens)
+            return
+        token_file = kerberos.install_tokens(tokens, self.environment.tmp_dir / "tokens")
+        if self.environment.spark is not None:
+            try:
+                self.environment.spark.add_credentials(token_file)
+            except Exception as error:  # Spark's JVM went away: the next one reads the file
+                log.warning("could not hand new delegation tokens to Spark's JVM: %s", error)
+        log.info("installed %d new delegation tokens", len(tokens))
 
     async def allocate_slot(self, request: AllocateSlot) -> Ack:
         current = self.rm_connection.resource_manager_id if self.rm_connection else None

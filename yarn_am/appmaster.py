@@ -22,6 +22,7 @@ from flinkyarn import options
 from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
+from yarn_am.delegation_tokens import DelegationTokenManager
 from yarn_am.dispatcher import Dispatcher
 from yarn_am.resourcemanager.driver import ResourceManagerDriver
 from yarn_am.resourcemanager.resource_manager import ResourceManager, ResourceManagerConfig
@@ -47,11 +48,13 @@ def appmaster_security(conf: Configuration, cluster: ClusterSecurity,
 
 class AppMaster:
     def __init__(self, conf: Configuration, security: ClusterSecurity,
-                 driver: ResourceManagerDriver, title: str = "flinkyarn") -> None:
+                 driver: ResourceManagerDriver, title: str = "flinkyarn",
+                 delegation_tokens: DelegationTokenManager | None = None) -> None:
         self.conf = conf
         self.security = security
         self.driver = driver
         self.title = title
+        self.delegation_tokens = delegation_tokens
         self.info: ClusterInfo | None = None
         self.dispatcher: Dispatcher | None = None
         self._stopping: asyncio.Event | None = None
@@ -73,7 +76,9 @@ class AppMaster:
         rpc_address = await rpc.start()
         resource_manager = ResourceManager(rpc, ResourceManagerConfig.from_configuration(conf),
                                            self.driver)
-        self.dispatcher = dispatcher = Dispatcher(rpc, resource_manager, conf)
+        tokens = self.delegation_tokens
+        self.dispatcher = dispatcher = Dispatcher(
+            rpc, resource_manager, conf, lambda: tokens.status if tokens is not None else None)
         host = conf.get(options.REST_ADDRESS)
         rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),
                           conf.get(options.RPC_MAX_MESSAGE_SIZE), shutdown=self.shutdown)
@@ -87,6 +92,11 @@ class AppMaster:
                 dispatcher_task = group.create_task(dispatcher.run())
                 await resource_manager.running.wait()
                 await dispatcher.running.wait()
+                tokens_task = None
+                if self.delegation_tokens is not None:
+                    hand_over = resource_manager.hand_over_delegation_tokens
+                    delay = await self.delegation_tokens.start(hand_over)
+                    tokens_task = group.create_task(self.delegation_tokens.run(hand_over, delay))
                 self.info = ClusterInfo(await rest.start(), rpc_address, await dashboard.start(),
                                         os.getpid())
                 log.info("AppMaster serving: REST %s, RPC %s, dashboard %s",
@@ -97,6 +107,8 @@ class AppMaster:
                     _write_atomically(info_file, msgspec.json.encode(self.info))
                 await self._stopping.wait()
                 log.info("AppMaster shutting down")
+                if tokens_task is not None:
+                    tokens_task.cancel()
                 await rest.stop()
                 dispatcher.stop()
                 await dispatcher_task

@@ -43,6 +43,7 @@ class DashboardOverview(msgspec.Struct, frozen=True):
 
     task_executors: list[TaskExecutorView]
     jobs: list[JobDetails]
+    notice: str = ""  # what the cluster's user must know (tokens that will run out)
 
 
 class Dashboard:
@@ -79,7 +80,9 @@ class Dashboard:
         cluster = await self._dispatcher.cluster_overview(ACK)
         jobs = [await self._dispatcher.job_details(JobQuery(job.job_id)) for job in
                 sorted(cluster.jobs, key=lambda job: job.start_time, reverse=True)]
-        return DashboardOverview(cluster.task_executors, jobs)
+        tokens = cluster.delegation_tokens
+        notice = tokens.message if tokens is not None and tokens.warning else ""
+        return DashboardOverview(cluster.task_executors, jobs, notice)
 
     async def page(self, request: web.Request) -> web.Response:
         body = render_page(await self.snapshot(), self._title, self._mode, time.time())
@@ -113,7 +116,8 @@ def _main(overview: DashboardOverview, now: float) -> str:
         '<tr><td colspan="6" class="none">No jobs yet.</td></tr>'
     executors = "".join(_executor_row(te, names) for te in overview.task_executors) or \
         '<tr><td colspan="3" class="none">No TaskExecutors.</td></tr>'
-    return (f'<main>\n<h2>Jobs</h2>\n<table class="jobs">\n'
+    notice = f'<p class="notice">{_e(overview.notice)}</p>\n' if overview.notice else ""
+    return (f'<main>\n{notice}<h2>Jobs</h2>\n<table class="jobs">\n'
             f"<thead><tr><th>Name</th><th>Job ID</th><th>Status</th><th>Start time (UTC)</th>"
             f"<th>Duration</th><th>Tasks</th></tr></thead>\n<tbody>{jobs}</tbody>\n</table>\n"
             f"<h2>TaskExecutors</h2>\n<table>\n<thead><tr><th>TaskExecutor</th><th>Address</th>"
@@ -230,6 +234,7 @@ table.vertices { width: 70%; }
 table.vertices th { background: #f5f6f8; font-weight: normal; color: #4a5263; }
 code { font: 12px ui-monospace, monospace; color: #4a5263; }
 .none { color: #777; font-style: italic; }
+.notice { background: #fff4e5; border: 1px solid #f0b35b; padding: 6px 10px; }
 .state, .count, .slot { display: inline-block; border-radius: 3px; padding: 0 6px; margin: 1px 2px;
   font-size: 12px; white-space: nowrap; background: #e3e6ec; }
 .state { font-weight: 600; }

@@ -12,6 +12,7 @@ import logging
 import msgspec
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
@@ -19,7 +20,8 @@ from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
                                            JobList, JobOutputQuery, JobOutputView, JobOverview,
                                            JobQuery, JobSubmitted, RestartView,
-                                           SlotView, SubmitJob, TaskExecutorView, VertexDetails)
+                                           SlotView, SubmitJob, TaskExecutorView, TokenStatus,
+                                           VertexDetails)
 from flinkyarn.ids import JobID
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.service import RpcService
@@ -48,10 +50,12 @@ class JobRecord:
 
 class Dispatcher(RpcEndpoint):
     def __init__(self, rpc: RpcService, resource_manager: ResourceManager,
-                 conf: Configuration) -> None:
+                 conf: Configuration,
+                 token_status: Callable[[], TokenStatus | None] = lambda: None) -> None:
         super().__init__(rpc, "dispatcher", DispatcherGateway)
         self._resource_manager = resource_manager
         self._conf = conf
+        self._token_status = token_status
         JobMasterConfig.from_configuration(conf)  # the cluster's own settings must hold
         self.jobs: dict[JobID, JobRecord] = {}
 
@@ -159,4 +163,4 @@ class Dispatcher(RpcEndpoint):
         executors = [TaskExecutorView(record.resource_id, record.address,
                                       [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots])
                      for record, slots in self._resource_manager.task_executor_overview()]
-        return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs)
+        return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs, self._token_status())

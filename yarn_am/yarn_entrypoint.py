@@ -22,11 +22,13 @@ import msgspec
 import skein
 
 from flinkyarn.configuration import Configuration, parse_dynamic_properties
-from flinkyarn.gateways.dispatcher import SubmitJob
+from flinkyarn.gateways.dispatcher import SubmitJob, TokenStatus
 from flinkyarn.jobgraph import JobGraph
+from flinkyarn.kerberos import TOKEN_STATUS_KEY
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.scratch import ProcessScratch, process_scratch
 from yarn_am.appmaster import AppMaster, appmaster_security
+from yarn_am.delegation_tokens import DelegationTokenManager
 from yarn_am.resourcemanager.yarn_driver import YarnDriver
 
 log = logging.getLogger("yarn_am")
@@ -96,7 +98,11 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
     # Its own certificate, for $NM_HOST (jobmanager.rpc.address), in its own folder.
     security = appmaster_security(conf, ClusterSecurity.load(Path(args.security_dir)),
                                   scratch.root / "security")
-    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title)
+    async def publish(status: TokenStatus) -> None:
+        await asyncio.to_thread(app.kv.put, TOKEN_STATUS_KEY, msgspec.json.encode(status))
+
+    tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
+    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title, tokens)
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:
@@ -124,11 +130,17 @@ def remove_staging_files(paths: list[str]) -> None:
 
     try:
         filesystem = hadoop.hdfs()
-        for path in paths:
-            if filesystem.exists(path):
-                filesystem.rm(path, recursive=True)
     except Exception as error:
         log.warning("could not remove %s: %s", ", ".join(paths), error)
+        return
+    for path in paths:
+        try:  # (fsspec's `exists` would hide a refusal as "not there")
+            filesystem.rm(path, recursive=True)
+            log.info("removed %s", path)
+        except FileNotFoundError:
+            pass
+        except Exception as error:
+            log.warning("could not remove %s: %s", path, error)
 
 
 def main(argv: list[str] | None = None) -> int:

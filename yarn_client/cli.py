@@ -301,11 +301,13 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             # config file) go with the jobs (a script's Spark settings with its job).
             dynamic = parse_dynamic_properties((*properties, *shipped))
             ignored = sorted(key for key in dynamic if not options.is_job_option(key)
+                             and not options.is_client_option(key)
                              and not (pyspark and (key.startswith(("spark.", "pyspark.")))))
             if ignored:
                 click.echo(f"warning: a session keeps its own configuration; ignored: "
                            f"{', '.join(ignored)} (jobs may set {options.JOB_OPTIONS})", err=True)
-            executor = SessionExecutor(application_id, job_settings=options.job_settings(dynamic))
+            executor = SessionExecutor(application_id, job_settings=options.job_settings(dynamic),
+                                       conf=conf)
     except (YarnDeploymentError, RestError, HadoopConfigError, ShippingError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
@@ -365,6 +367,9 @@ def session_start(slots: int | None, properties: tuple[str, ...],
     deployment = YarnClusterDescriptor(conf, yarn_options(name, queue, tags, (), conf)) \
         .deploy("session")
     click.echo(f"session {deployment.app_id} is up")
+    tokens = deployment.delegation_tokens
+    if tokens is not None and tokens.warning:
+        click.echo(f"warning: {tokens.message}", err=True)
     click.echo(f"  dashboard: {yarn_cluster.rm_web_address()}/proxy/{deployment.app_id}/pages/flinkyarn/")
     click.echo(f"  submit:    flinkyarn run -t yarn-session --application-id {deployment.app_id} FILE.py")
     click.echo(f"  stop:      flinkyarn session stop {deployment.app_id}")
@@ -382,6 +387,8 @@ def session_stop(application_id: str) -> None:
         click.echo(f"the AppMaster did not answer ({error}); killing {application_id}", err=True)
         yarn_cluster.kill(application_id)
     report = yarn_cluster.wait_for_end(application_id)
+    for path in yarn_cluster.remove_leftovers(application_id):
+        click.echo(f"removed {path}, which the session could not", err=True)
     click.echo(f"{application_id} {report['state']}/{report['finalStatus']}")
 
 
@@ -403,6 +410,9 @@ def list_jobs(application_id: str | None) -> None:
     for app_id in apps:
         click.echo(app_id)
         rest = yarn_cluster.connect(app_id)
+        tokens = rest.overview().delegation_tokens
+        if tokens is not None and tokens.warning:
+            click.echo(f"  warning: {tokens.message}")
         for job in rest.jobs().jobs:
             details = rest.job(job.job_id)
             restarts = f"  {details.restarts} restart(s)" if details.restarts else ""

@@ -29,6 +29,7 @@ import msgspec
 
 from flinkyarn import hadoop, kerberos, options
 from flinkyarn.configuration import Configuration
+from flinkyarn.gateways.dispatcher import TokenStatus
 from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import FILES, ClusterSecurity
@@ -40,6 +41,9 @@ REST_ADDRESS_KEY = "flinkyarn.rest_address"
 DASHBOARD_KEY = "flinkyarn.dashboard_url"
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 HOME = Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
+
+
+KEYTAB = "flinkyarn-login.keytab"  # the AppMaster's copy of security.kerberos.login.keytab
 
 
 class YarnDeploymentError(RuntimeError):
@@ -60,6 +64,7 @@ class Deployment:
     rest: RestClient
     dashboard_url: str
     phases: dict[str, float] = field(default_factory=dict)
+    delegation_tokens: TokenStatus | None = None  # on a secure cluster
 
 
 def application_dir(app_id: str) -> Path:
@@ -176,7 +181,7 @@ class YarnClusterDescriptor:
         driver = _StartingDriver()
         self._say("shipping to the cluster:")
         work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
-        credentials, app_id = None, None
+        credentials, app_id, up = None, None, False
         try:
             try:
                 shipment = shipping.ship(self.conf, staging)
@@ -185,6 +190,9 @@ class YarnClusterDescriptor:
                 staging.private_folder(credentials)
                 for name in FILES:
                     staging.upload(work / "security" / name, f"{credentials}/{name}")
+                keytab = self._keytab()
+                if keytab is not None:
+                    staging.upload(keytab, f"{credentials}/{KEYTAB}")
             except OSError as error:  # WebHDFS: refused, unreachable, permission denied
                 raise YarnDeploymentError(
                     f"cannot ship to {staging.uri(staging.root)}: {error}") from None
@@ -196,6 +204,9 @@ class YarnClusterDescriptor:
             for extra in extras:
                 files[extra.name] = str(extra.resolve())
             master_files = dict(files)
+            if keytab is not None:  # the AppMaster's alone: the TaskExecutors get tokens
+                master_files[KEYTAB] = shipping.Localized(
+                    KEYTAB, staging.uri(f"{credentials}/{KEYTAB}")).skein_file()
             if graph is not None:
                 (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
                 master_files["job.msgpack"] = str(work / "job.msgpack")
@@ -210,10 +221,12 @@ class YarnClusterDescriptor:
                 self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
                           f"[{phases['submitted']:.1f} s]")
                 try:
-                    rest_address, dashboard = self._wait_for_appmaster(client, app_id, start, phases)
+                    rest_address, dashboard, tokens = self._wait_for_appmaster(
+                        client, app_id, start, phases)
                 except BaseException:
                     client.kill_application(app_id)
                     raise
+            up = True
             info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
                     "name": spec.name, "credentials": credentials}
             staging.write_private(index.format(app_id=app_id), json.dumps(info).encode())
@@ -225,10 +238,20 @@ class YarnClusterDescriptor:
         finally:
             driver.close()
             shutil.rmtree(work, ignore_errors=True)
-            if credentials is not None and app_id is None:  # nothing was submitted
+            if credentials is not None and not up:  # nothing submitted, or it was killed
                 staging.remove_quietly(credentials)
         return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security")),
-                          dashboard, phases)
+                          dashboard, phases, tokens)
+
+    def _keytab(self) -> Path | None:
+        """security.kerberos.login.keytab, shipped (owner-only, like the cluster's keys)
+        for the AppMaster to obtain new delegation tokens from; None on a cluster
+        without Kerberos, without a keytab, or with renewal turned off."""
+        keytab = self.conf.get(options.SECURITY_KERBEROS_KEYTAB)
+        if not (keytab and kerberos.security_enabled()
+                and self.conf.get(options.SECURITY_DELEGATION_TOKENS_ENABLED)):
+            return None
+        return Path(keytab).expanduser()
 
     def _ship_files(self) -> list[Path]:
         """--files and --py-files (each localized under its own name)."""
@@ -255,8 +278,13 @@ class YarnClusterDescriptor:
         placed = {options.JOB_MANAGER_RPC_ADDRESS.key, options.REST_ADDRESS.key,
                   options.TASK_MANAGER_HOST.key}
         raw = {**self.conf.raw(), **shipping.executor_python(self.conf, shipment)}
+        keytab = options.SECURITY_KERBEROS_KEYTAB.key
+        # The client's keytab path means nothing in a container: the AppMaster's is the
+        # localized copy (when shipped), a TaskExecutor has none.
+        raw.pop(keytab, None)
         properties = " ".join(f"-D {shlex.quote(f'{k}={v}')}" for k, v in raw.items()
                               if k not in placed)
+        am_properties = f"-D {keytab}={KEYTAB} {properties}" if KEYTAB in master_files else properties
         python_path = shipping.container_python_path(shipment, self.conf)
         versions = shipping.client_versions()
         name = self.yarn.name or self.conf.get(options.YARN_APPLICATION_NAME) or (
@@ -275,7 +303,7 @@ class YarnClusterDescriptor:
                 script=shipping.launch_script(shipment.runtime_python, python_path, versions, (
                     f"-m yarn_am.yarn_entrypoint --mode {mode} {job}{cleanup}"
                     f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "
-                    f"-D rest.address=$NM_HOST {properties}"))),
+                    f"-D rest.address=$NM_HOST {am_properties}"))),
             services={"taskexecutor": skein.Service(
                 # The ResourceManager decides on replacements; a failed container must
                 # not end the application (skein's default for a failing service). A
@@ -291,8 +319,10 @@ class YarnClusterDescriptor:
                     f"--security-dir . -D taskmanager.host=$NM_HOST {properties}")))})
 
     def _wait_for_appmaster(self, client, app_id: str, start: float,
-                            phases: dict[str, float], timeout: float = 300.0) -> tuple[str, str]:
-        """Shows the start-up phases; returns (REST address, dashboard URL)."""
+                            phases: dict[str, float], timeout: float = 300.0
+                            ) -> tuple[str, str, TokenStatus | None]:
+        """Shows the start-up phases; returns (REST address, dashboard URL, what the
+        AppMaster says of its delegation tokens on a secure cluster)."""
         deadline = time.monotonic() + timeout
         seen = "SUBMITTED"
         while True:
@@ -311,7 +341,9 @@ class YarnClusterDescriptor:
                 if REST_ADDRESS_KEY in values:
                     phases["appmaster up"] = time.monotonic() - start
                     self._say(f"  AppMaster up [{phases['appmaster up']:.1f} s]")
-                    return values[REST_ADDRESS_KEY].decode(), values[DASHBOARD_KEY].decode()
+                    tokens = values.get(kerberos.TOKEN_STATUS_KEY)
+                    return (values[REST_ADDRESS_KEY].decode(), values[DASHBOARD_KEY].decode(),
+                            msgspec.json.decode(tokens, type=TokenStatus) if tokens else None)
             if time.monotonic() > deadline:
                 raise YarnDeploymentError(f"{app_id} did not start within {timeout:g} s "
                                           f"(state {state}); logs: yarn logs -applicationId {app_id}")
@@ -358,6 +390,26 @@ def _fetch_application(app_id: str, target: Path, conf: Configuration) -> None:
         os.rename(partial, target)
     except OSError:  # fetched concurrently: theirs is as good
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str]:
+    """What an ended application of this user left in the staging folder (its keys, a
+    shipped keytab, its index entry): its AppMaster removes them at its end, but cannot
+    once its delegation tokens expired. Returns what was removed."""
+    conf = conf or Configuration.load()
+    kerberos.client_login(conf)
+    staging = shipping.Staging(conf)
+    index = f"{staging.root}/applications/{app_id}.json"
+    try:
+        info = json.loads(staging.fs.cat_file(index))
+    except FileNotFoundError:
+        return []
+    removed = []
+    for path in (info["credentials"], index):
+        if staging.fs.exists(path):
+            staging.fs.rm(path, recursive=True)
+            removed.append(path)
+    return removed
 
 
 def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),

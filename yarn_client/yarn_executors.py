@@ -80,7 +80,8 @@ class SessionExecutor:
     of this user's)."""
 
     def __init__(self, application_id: str | None, out: TextIO = sys.stderr,
-                 job_settings: Mapping[str, str] | None = None) -> None:
+                 job_settings: Mapping[str, str] | None = None,
+                 conf: Configuration | None = None) -> None:
         if application_id is None:
             sessions = yarn_cluster.flinkyarn_applications(tag="flinkyarn-session", states=("RUNNING",))
             if not sessions:
@@ -89,7 +90,9 @@ class SessionExecutor:
             application_id = sessions[0]["id"]
         self.app_id = application_id
         self.out = out
-        self.executor = ClusterExecutor(yarn_cluster.connect(application_id), out, job_settings)
+        # The client's configuration: who it is on a secure cluster (a keytab of -D).
+        self.executor = ClusterExecutor(yarn_cluster.connect(application_id, conf), out,
+                                        job_settings)
         self.rest = self.executor.rest
         self.results: list[JobResult] = []
 

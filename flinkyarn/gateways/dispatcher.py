@@ -103,9 +103,19 @@ class TaskExecutorView(msgspec.Struct, frozen=True):
     slots: list[SlotView]
 
 
+class TokenStatus(msgspec.Struct, frozen=True):
+    """What an AppMaster on a Kerberos-secured cluster says of its delegation tokens."""
+
+    renewing: bool              # from a keytab: the application outlives any one token
+    expires: float | None       # when the tokens in use expire (seconds since the epoch)
+    message: str
+    warning: bool = False       # the user must know: the message says what to do
+
+
 class ClusterOverview(msgspec.Struct, frozen=True):
     task_executors: list[TaskExecutorView]
     jobs: list[JobOverview]
+    delegation_tokens: TokenStatus | None = None  # on a secure cluster
 
 
 class DispatcherGateway(Protocol):

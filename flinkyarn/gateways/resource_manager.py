@@ -27,6 +27,9 @@ class TaskExecutorRegistration(msgspec.Struct, frozen=True):
     resource_manager_id: ResourceManagerId
     resource_manager_resource_id: ResourceID
     instance_id: InstanceID
+    # On a secure cluster, the AppMaster's newest delegation tokens (Hadoop's token
+    # storage format); empty while the application's own from YARN are the newest.
+    delegation_tokens: bytes = b""
 
 
 class RegisterJobMaster(msgspec.Struct, frozen=True):

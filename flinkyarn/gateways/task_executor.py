@@ -106,6 +106,14 @@ class ReleasePartitions(msgspec.Struct, frozen=True):
     job_id: JobID
 
 
+class UpdateDelegationTokens(msgspec.Struct, frozen=True):
+    """The AppMaster's newest delegation tokens (Hadoop's token storage format): the
+    TaskExecutor and what it starts from now on use them."""
+
+    resource_manager_id: ResourceManagerId
+    tokens: bytes
+
+
 class TaskExecutorGateway(Protocol):
     async def allocate_slot(self, request: AllocateSlot) -> Ack:
         """Refused (RemoteError) when the slot is taken by another allocation."""
@@ -133,4 +141,8 @@ class TaskExecutorGateway(Protocol):
         ...
 
     async def disconnect_resource_manager(self, request: DisconnectResourceManager) -> Ack:
+        ...
+
+    async def update_delegation_tokens(self, request: UpdateDelegationTokens) -> Ack:
+        """Refused (RemoteError) from a ResourceManager it is not registered at."""
         ...

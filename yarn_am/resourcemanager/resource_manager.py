@@ -34,7 +34,8 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest, DisconnectJo
                                                  RegisterTaskExecutor, RequestSlot,
                                                  ResourceManagerGateway, TaskExecutorRegistration)
 from flinkyarn.gateways.task_executor import (AllocateSlot as AllocateSlotCall,
-                                              DisconnectResourceManager, TaskExecutorGateway)
+                                              DisconnectResourceManager, TaskExecutorGateway,
+                                              UpdateDelegationTokens)
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.ids import InstanceID, JobID, JobMasterId, ResourceID, ResourceManagerId, new_id
 from flinkyarn.options import HeartbeatConfig
@@ -105,6 +106,7 @@ class ResourceManager(RpcEndpoint):
         self.job_masters: dict[JobID, JobMasterRecord] = {}
         # Workers requested from the driver and not yet terminated; True once registered.
         self.workers: dict[str, bool] = {}
+        self.delegation_tokens = b""  # the AppMaster's newest, for every TaskExecutor
         timeout = config.heartbeat.timeout
         threshold = config.heartbeat.rpc_failure_threshold
         self._te_heartbeats: HeartbeatManager[SlotReport, HeartbeatRequest] = HeartbeatManager(
@@ -158,7 +160,23 @@ class ResourceManager(RpcEndpoint):
         self._execute(self.slot_manager.register_task_executor(
             resource_id, request.slot_report, self._clock.monotonic()))
         return TaskExecutorRegistration(self.resource_manager_id, self.resource_id,
-                                        record.instance_id)
+                                        record.instance_id, self.delegation_tokens)
+
+    async def hand_over_delegation_tokens(self, tokens: bytes) -> None:
+        """The AppMaster obtained new delegation tokens: every registered TaskExecutor
+        gets them now, every one registering later with its registration."""
+        self.delegation_tokens = tokens
+        for record in list(self.task_executors.values()):
+            self.spawn(self._send_delegation_tokens(record, tokens), f"tokens-{record.resource_id}")
+
+    async def _send_delegation_tokens(self, record: TaskExecutorRecord, tokens: bytes) -> None:
+        try:
+            await record.gateway.update_delegation_tokens(
+                UpdateDelegationTokens(self.resource_manager_id, tokens))
+            log.info("new delegation tokens handed to TaskExecutor %s", record.resource_id)
+        except RpcError as error:  # it registers again, and gets them with its registration
+            log.warning("could not hand new delegation tokens to TaskExecutor %s: %s",
+                        record.resource_id, error)
 
     def _slot_report_received(self, resource_id: ResourceID, report: SlotReport) -> None:
         if resource_id in self.task_executors:

@@ -1,0 +1,130 @@
+"""Sessions that outlive their delegation tokens (issue 11), on the secure test cluster,
+whose HDFS tokens live 1 minute unrenewed and 2 minutes at most (integration/kdc.py).
+
+One scenario, two sessions side by side (the wait past the tokens' maximum lifetime is
+shared):
+- with a keytab, the session logs in from it in the AppMaster, obtains new tokens before
+  the old ones expire and hands them to its TaskExecutors: a running one (it keeps its
+  slot between the jobs), and one started after the tokens of the submit are dead (YARN
+  localizes its files with the ResourceManager's new tokens: proxy-user privileges). Both
+  jobs read and write HDFS, counted exactly. The keytab reaches the AppMaster alone, from
+  an owner-only staging file that goes with the session.
+- without one, the session says at start until when it can live, and says afterwards
+  that its tokens ran out.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import time
+
+import kdc
+from flinkyarn import hadoop
+from tests.yarn_secure.conftest import FAST, TAG, flinkyarn, kinit, read_counts
+from yarn_client import yarn_cluster
+
+KEYTAB_NAME = yarn_cluster.KEYTAB
+# Idle TaskExecutors stay: the second job finds the first's, which got its tokens pushed.
+KEEP = ["-D", "resourcemanager.taskmanager-timeout=10 min", "-s", "1"]
+
+
+def container_logs(layout, app_id: str) -> dict[str, str]:
+    """The logs of each container of `app_id`, from the nodes' log folders (a secure
+    cluster does not aggregate them), by container id."""
+    found: dict[str, str] = {}
+    for folder in layout.work.glob(f"nodes/*/container-logs/{app_id}/container_*"):
+        found[folder.name] = "".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.log")))
+    return found
+
+
+def session_id(result) -> str:
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_it_cannot(
+        secure_hadoop, corpus, tmp_path):
+    base, expected = corpus
+    principal, keytab = os.environ["FLINKYARN_TEST_PRINCIPAL"], os.environ["FLINKYARN_TEST_KEYTAB"]
+    with_keytab = tmp_path / "keytab-home" / "krb5cc"  # stays empty: the keytab logs in
+    with_keytab.parent.mkdir()
+    ticket = tmp_path / "ticket-home" / "krb5cc"
+    ticket.parent.mkdir()
+    kinit(ticket)
+    identity = ["-D", f"security.kerberos.login.keytab={keytab}",
+                "-D", f"security.kerberos.login.principal={principal}"]
+
+    started = time.time()
+    renewing = session_id(flinkyarn(with_keytab, "session", "start", *FAST, *KEEP, *identity,
+                                    "--tags", TAG))
+    plain_start = flinkyarn(ticket, "session", "start", *FAST, "--tags", TAG)
+    plain = session_id(plain_start)
+    try:
+        # Without a keytab: told at start, with the tokens' end.
+        assert "warning: no keytab: this application's delegation tokens cannot be renewed past" \
+            in plain_start.stderr, plain_start.stderr[-3000:]
+
+        # The keytab went to the staging folder owner-only, next to the cluster's keys.
+        filesystem = hadoop.hdfs()
+        index = f"/user/{getpass.getuser()}/.flinkyarn/applications/{renewing}.json"
+        staged = f"{json.loads(filesystem.cat(index))['credentials']}/{KEYTAB_NAME}"
+        assert filesystem.info(staged)["permission"] == "600"
+        assert filesystem.info(staged.rsplit("/", 1)[0])["permission"] == "700"
+
+        first = flinkyarn(with_keytab, "run", "-t", "yarn-session", "--application-id", renewing, *identity,
+                          "examples/wordcount.py", "--input", f"{base}/in",
+                          "--output", f"{base}/out1", "--parallelism", "1")
+        assert first.returncode == 0, first.stderr[-4000:]
+        assert read_counts(f"{base}/out1") == expected
+
+        # Past the maximum lifetime of every token the submit obtained.
+        lifetime = kdc.TOKEN_MAX_LIFETIME_MS / 1000
+        time.sleep(max(0.0, started + lifetime + 10 - time.time()))
+
+        second = flinkyarn(with_keytab, "run", "-t", "yarn-session", "--application-id", renewing, *identity,
+                           "examples/wordcount.py", "--input", f"{base}/in",
+                           "--output", f"{base}/out2", "--parallelism", "2")
+        assert second.returncode == 0, second.stderr[-4000:]
+        assert read_counts(f"{base}/out2") == expected
+
+        # Without a keytab: told afterwards too, where the user looks (and on the dashboard).
+        listed = flinkyarn(ticket, "list", plain)
+        assert listed.returncode == 0, listed.stderr[-3000:]
+        assert "warning: the delegation tokens of this application expired at" in listed.stdout, \
+            listed.stdout
+
+        # The keytab reached the AppMaster alone; the client's path for it no container.
+        containers = sorted(secure_hadoop.work.glob(
+            f"nodes/*/local/usercache/*/appcache/{renewing}/container_*"), key=lambda p: p.name)
+        assert len(containers) == 3, containers
+        assert [(c / KEYTAB_NAME).exists() for c in containers] == [True, False, False]
+        scripts = sorted(secure_hadoop.work.glob(
+            f"nodes/*/container-logs/{renewing}/container_*/launch_container.sh"),
+            key=lambda p: p.parent.name)
+        assert len(scripts) == 3
+        assert all(keytab not in script.read_text() for script in scripts)
+        assert all("security.kerberos.login.keytab" not in script.read_text() for script in scripts[1:])
+    finally:
+        stopped = {app_id: flinkyarn(ticket, "session", "stop", app_id) for app_id in (renewing, plain)}
+    # The session without tokens could not remove its staging files: the client did.
+    assert "which the session could not" in stopped[plain].stderr, stopped[plain].stderr[-3000:]
+    assert "which the session could not" not in stopped[renewing].stderr
+
+    logs = container_logs(secure_hadoop, renewing)
+    appmaster = logs.pop(min(logs))
+    assert len(re.findall(r"delegation tokens obtained from the keytab of", appmaster)) >= 3, appmaster[-3000:]
+    # The first TaskExecutor, running, got new tokens pushed; the second registered after
+    # the submit's tokens were dead and got the newest with its registration.
+    assert re.search(r"new delegation tokens handed to TaskExecutor taskexecutor-1-", appmaster)
+    registered = re.findall(r"^(\S+ \S+) .*TaskExecutor (taskexecutor-\S+) registered",
+                            appmaster, re.MULTILINE)
+    assert len(registered) == 2, registered
+    late = time.mktime(time.strptime(registered[1][0].split(",")[0], "%Y-%m-%d %H:%M:%S"))
+    assert late > started + lifetime, (registered, started)
+    assert len(logs) == 2
+    assert all("installed 1 new delegation tokens" in text for text in logs.values()), logs.keys()
+    # The staged keytab went with the session.
+    assert not filesystem.exists(staged)

@@ -1,0 +1,118 @@
+"""The AppMaster's delegation tokens on a Kerberos-secured Hadoop.
+
+YARN localized the tokens the client obtained at submit; the ResourceManager renews them,
+but only up to their maximum lifetime (7 days by default). After that nothing of the
+application can read or write HDFS. So, as Flink's DelegationTokenManager and Spark's
+HadoopDelegationTokenManager do:
+
+- With a keytab (security.kerberos.login.keytab, shipped owner-only to the AppMaster
+  alone), the AppMaster logs in from it and obtains new HDFS tokens at start and again
+  after `renewal.time-ratio` of their validity; each new set is used by the AppMaster,
+  and handed to every TaskExecutor, running or registering later (ResourceManager).
+- Without one, the application lives as long as its tokens: said at start (the client
+  prints it for a session), and again when they have run out.
+
+What the manager has to say is published as one TokenStatus (skein's key-value
+store: the client's `session start` and `session list` show it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from flinkyarn import kerberos, options
+from flinkyarn.configuration import Configuration
+from flinkyarn.gateways.dispatcher import TokenStatus as Status
+
+log = logging.getLogger(__name__)
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(epoch))
+
+
+class DelegationTokenManager:
+    def __init__(self, conf: Configuration, folder: Path,
+                 publish: Callable[[Status], Awaitable[None]]) -> None:
+        keytab = conf.get(options.SECURITY_KERBEROS_KEYTAB)
+        self.keytab = str(Path(keytab).resolve()) if keytab else ""
+        self.principal = conf.get(options.SECURITY_KERBEROS_PRINCIPAL)
+        self.renewing = bool(self.keytab) and conf.get(options.SECURITY_DELEGATION_TOKENS_ENABLED)
+        self.ratio = conf.get(options.SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO)
+        self.backoff = conf.get(options.SECURITY_DELEGATION_TOKENS_RENEWAL_RETRY_BACKOFF)
+        self.folder = folder
+        self.publish = publish
+        self.status: Status | None = None
+
+    async def start(self, hand_over: Callable[[bytes], Awaitable[None]]) -> float | None:
+        """The first round, before the AppMaster serves: fresh tokens from the keytab, or
+        when the application's own expire. Returns the delay until `run` has work."""
+        if not kerberos.security_enabled():
+            return None
+        if self.renewing:
+            return await self._renew(hand_over)
+        expiry = min((t.max_date() for t in kerberos.container_tokens()
+                      if t.kind == kerberos.HDFS_TOKEN_KIND and t.max_date()), default=None)
+        if expiry is None:
+            return None
+        message = (f"no keytab: this application's delegation tokens cannot be renewed past "
+                   f"{_when(expiry)}; after that it cannot read or write HDFS. To outlive "
+                   f"them, start it with -D {options.SECURITY_KERBEROS_KEYTAB.key}=... -D "
+                   f"{options.SECURITY_KERBEROS_PRINCIPAL.key}=...")
+        await self._say(Status(False, expiry, message, warning=True), logging.WARNING)
+        return max(0.0, expiry - time.time())
+
+    async def run(self, hand_over: Callable[[bytes], Awaitable[None]],
+                  delay: float | None) -> None:
+        """Until cancelled: new tokens whenever due; without a keytab, one last word
+        when the tokens have run out."""
+        if delay is None:
+            return
+        if not self.renewing:
+            await asyncio.sleep(delay)
+            expired = self.status.expires
+            message = (f"the delegation tokens of this application expired at {_when(expired)}: "
+                       f"it can no longer read or write HDFS; stop it and start a new one, "
+                       f"with -D {options.SECURITY_KERBEROS_KEYTAB.key}=... to outlive its tokens")
+            await self._say(Status(False, expired, message, warning=True), logging.ERROR)
+            return
+        while True:
+            await asyncio.sleep(delay)
+            delay = await self._renew(hand_over)
+
+    async def _renew(self, hand_over: Callable[[bytes], Awaitable[None]]) -> float:
+        """One round: log in, obtain, use, hand over; the delay until the next."""
+        try:
+            tokens, expiry = await asyncio.to_thread(self._obtain)
+        except Exception as error:  # the tokens in use still serve until they expire
+            expires = self.status.expires if self.status else None
+            message = (f"could not obtain new delegation tokens from the keytab of "
+                       f"{self.principal} ({kerberos.first_line(error)}); trying again in "
+                       f"{self.backoff:g} s")
+            await self._say(Status(True, expires, message, warning=True), logging.WARNING)
+            return self.backoff
+        kerberos.install_tokens(tokens, self.folder)
+        await hand_over(kerberos.write_token_storage(tokens))
+        delay = max(1.0, self.ratio * (expiry - time.time()))
+        message = (f"delegation tokens obtained from the keytab of {self.principal}, valid "
+                   f"until {_when(expiry)}; the next at {_when(time.time() + delay)}")
+        await self._say(Status(True, expiry, message), logging.INFO)
+        return delay
+
+    def _obtain(self) -> tuple[list[kerberos.Token], float]:
+        """New HDFS tokens, one for each the application has (the first: one for the
+        default filesystem); (tokens, when the first of them expires)."""
+        kerberos.login(self.keytab, self.principal, self.folder / "krb5cc")
+        current = [t for t in kerberos.container_tokens() if t.kind == kerberos.HDFS_TOKEN_KIND]
+        renewer = kerberos.short_name(self.principal)
+        obtained = [kerberos.obtain_hdfs_token(renewer, like) for like in current or [None]]
+        return [token for token, _ in obtained], min(expiry for _, expiry in obtained)
+
+    async def _say(self, status: Status, level: int) -> None:
+        self.status = status
+        log.log(level, "%s", status.message)
+        await self.publish(status)
