@@ -6,14 +6,15 @@ application can read or write HDFS. So, as Flink's DelegationTokenManager and Sp
 HadoopDelegationTokenManager do:
 
 - With a keytab (security.kerberos.login.keytab, shipped owner-only to the AppMaster
-  alone), the AppMaster logs in from it and obtains new HDFS tokens at start and again
+  alone, per-job or session), the AppMaster logs in from it and obtains new HDFS tokens at start and again
   after `renewal.time-ratio` of their validity; each new set is used by the AppMaster,
   and handed to every TaskExecutor, running or registering later (ResourceManager).
 - Without one, the application lives as long as its tokens: said at start (the client
   prints it for a session), and again when they have run out.
 
-What the manager has to say is published as one TokenStatus (skein's key-value
-store: the client's `session start` and `session list` show it).
+What the manager has to say is one TokenStatus: in skein's key-value store for the client
+(`session start` prints a warning), in the cluster overview (`flinkyarn list`, the
+dashboard) and in the AppMaster's log.
 """
 
 from __future__ import annotations
