@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 import flinkyarn
-from flinkyarn import options
+from flinkyarn import kerberos, options
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
 from flinkyarn.hadoop import HadoopConfigError
@@ -376,18 +376,30 @@ def session_start(slots: int | None, properties: tuple[str, ...],
     click.echo(deployment.app_id)
 
 
+def client_properties(function):
+    """`-D key=value` for a command that only talks to applications: the client's own
+    settings (on a secure cluster, the keytab it logs in from), as `conf`."""
+    @click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
+                  help="A client setting, e.g. -D security.kerberos.login.keytab=...")
+    @functools.wraps(function)
+    def wrapper(*args, properties: tuple[str, ...], **kwargs):
+        return function(*args, conf=load_configuration(properties), **kwargs)
+    return wrapper
+
+
 @session.command("stop")
 @click.argument("application_id")
+@client_properties
 @yarn_errors
-def session_stop(application_id: str) -> None:
+def session_stop(application_id: str, conf: Configuration) -> None:
     """Stop a session: its running jobs are cancelled and the application ends."""
     try:
-        yarn_cluster.connect(application_id).shutdown_cluster()
+        yarn_cluster.connect(application_id, conf).shutdown_cluster()
     except RestError as error:
         click.echo(f"the AppMaster did not answer ({error}); killing {application_id}", err=True)
         yarn_cluster.kill(application_id)
     report = yarn_cluster.wait_for_end(application_id)
-    for path in yarn_cluster.remove_leftovers(application_id):
+    for path in yarn_cluster.remove_leftovers(application_id, conf):
         click.echo(f"removed {path}, which the session could not", err=True)
     click.echo(f"{application_id} {report['state']}/{report['finalStatus']}")
 
@@ -402,14 +414,15 @@ def session_list() -> None:
 
 @cli.command("list")
 @click.argument("application_id", required=False)
+@client_properties
 @yarn_errors
-def list_jobs(application_id: str | None) -> None:
+def list_jobs(application_id: str | None, conf: Configuration) -> None:
     """Jobs of an application (default: each of your running flinkyarn applications)."""
     apps = [application_id] if application_id else \
         [a["id"] for a in yarn_cluster.flinkyarn_applications(states=("RUNNING",))]
     for app_id in apps:
         click.echo(app_id)
-        rest = yarn_cluster.connect(app_id)
+        rest = yarn_cluster.connect(app_id, conf)
         tokens = rest.overview().delegation_tokens
         if tokens is not None and tokens.warning:
             click.echo(f"  warning: {tokens.message}")
@@ -427,10 +440,11 @@ def list_jobs(application_id: str | None) -> None:
 @cli.command()
 @click.argument("application_id")
 @click.argument("job_id")
+@client_properties
 @yarn_errors
-def cancel(application_id: str, job_id: str) -> None:
+def cancel(application_id: str, job_id: str, conf: Configuration) -> None:
     """Cancel job JOB_ID in application APPLICATION_ID."""
-    yarn_cluster.connect(application_id).cancel(job_id)
+    yarn_cluster.connect(application_id, conf).cancel(job_id)
     click.echo(f"cancelling job {job_id}")
 
 
@@ -439,9 +453,12 @@ def cancel(application_id: str, job_id: str) -> None:
 @click.option("--job", "job_id", help="Only this job: its own log files (a PySpark script's "
                                       "output and its Spark driver's log) whole, and the "
                                       "lines of the other logs that mention it.")
-def logs(application_id: str, job_id: str | None) -> None:
+@client_properties
+@yarn_errors
+def logs(application_id: str, job_id: str | None, conf: Configuration) -> None:
     """The logs of the AppMaster and the TaskExecutors of an application (from the
     NodeManagers while it runs, aggregated in HDFS after)."""
+    kerberos.client_login(conf)  # `yarn logs` then finds the ticket (a keytab's too)
     command = ["yarn", "logs", "-applicationId", application_id]
     try:
         process = subprocess.run(command, capture_output=True, text=True, timeout=300)

@@ -108,7 +108,10 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
         assert all(keytab not in script.read_text() for script in scripts)
         assert all("security.kerberos.login.keytab" not in script.read_text() for script in scripts[1:])
     finally:
-        stopped = {app_id: flinkyarn(ticket, "session", "stop", app_id) for app_id in (renewing, plain)}
+        # Each as it started: the keytab's (its cache stays empty), kinit's.
+        stopped = {renewing: flinkyarn(with_keytab, "session", "stop", renewing, *identity),
+                   plain: flinkyarn(ticket, "session", "stop", plain)}
+    assert all(result.returncode == 0 for result in stopped.values()), stopped
     # The session without tokens could not remove its staging files: the client did.
     assert "which the session could not" in stopped[plain].stderr, stopped[plain].stderr[-3000:]
     assert "which the session could not" not in stopped[renewing].stderr
