@@ -27,7 +27,6 @@ import getpass
 import hashlib
 import importlib.metadata
 import io
-import os
 import shlex
 import sys
 import tarfile

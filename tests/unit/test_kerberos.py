@@ -30,8 +30,11 @@ def hdfs_token(max_ms: int = 1_800_000_000_000, service: str = "nn:8020", passwo
 
 @pytest.fixture(autouse=True)
 def no_handed_over_tokens(monkeypatch):
+    """install_tokens sets the process's token state: undone after each test (setenv
+    first, so that monkeypatch removes a variable that was not there)."""
     monkeypatch.setattr(kerberos, "_handed_over", None)
-    monkeypatch.delenv(kerberos.TOKEN_FILE_VARIABLE, raising=False)
+    monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, "")
+    monkeypatch.delenv(kerberos.TOKEN_FILE_VARIABLE)
 
 
 def test_token_storage_round_trips_long_fields_and_several_tokens():
@@ -60,11 +63,11 @@ def test_max_date_comes_from_the_identifier():
     assert Token("x", b"\x05", b"", "OTHER", "").max_date() is None
 
 
-def test_installed_tokens_replace_those_of_their_kind_and_service_only(tmp_path):
+def test_installed_tokens_replace_those_of_their_kind_and_service_only(tmp_path, monkeypatch):
     old, other = hdfs_token(password=b"old"), Token("rm", b"i", b"p", "RM_DELEGATION_TOKEN", "rm:8032")
     yarn_file = tmp_path / "container_tokens"
     yarn_file.write_bytes(kerberos.write_token_storage([old, other]))
-    os.environ[kerberos.TOKEN_FILE_VARIABLE] = str(yarn_file)
+    monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, str(yarn_file))
     new = hdfs_token(password=b"new")
 
     written = kerberos.install_tokens([new], tmp_path / "tokens")
@@ -142,3 +145,9 @@ def test_a_failed_round_is_said_and_retried_after_the_backoff(tmp_path, monkeypa
     [status] = published
     assert status.renewing and status.warning
     assert "missing.keytab" in status.message and "trying again in 7 s" in status.message
+
+
+def test_the_token_state_of_the_tests_above_is_undone():
+    """(A leaked token file would be every later test's HDFS identity.)"""
+    assert kerberos.TOKEN_FILE_VARIABLE not in os.environ
+    assert kerberos._handed_over is None

@@ -3,15 +3,12 @@ admins see them (the CLI, the ResourceManager's REST API, the YARN web proxy).""
 
 from __future__ import annotations
 
-import collections
-import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import cloudpickle
-import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
@@ -27,8 +24,6 @@ from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
 
 cloudpickle.register_pickle_by_value(jobs)
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "examples"))
-import make_corpus  # noqa: E402
 
 TAG = f"flinkyarn-test-{uuid.uuid4().hex[:8]}"
 FAST = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s"]
@@ -61,33 +56,6 @@ def shared_folder(hadoop) -> str:
     yield url
     filesystem, path = resolve(url)
     filesystem.delete_dir(path)
-
-
-def upload(local: Path, hdfs_url: str) -> None:
-    subprocess.run(["hdfs", "dfs", "-mkdir", "-p", hdfs_url.rsplit("/", 1)[0]], check=True)
-    subprocess.run(["hdfs", "dfs", "-put", "-f", str(local), hdfs_url], check=True)
-
-
-def test_per_job_wordcount_on_hdfs_finishes_with_exact_output(tmp_path):
-    corpus = tmp_path / "corpus.txt"
-    make_corpus.write_corpus(corpus, 0.3, seed=11)
-    base = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
-    upload(corpus, f"{base}/in/corpus.txt")
-
-    result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--name", "wc test",
-                       "examples/wordcount.py", "--input", f"{base}/in", "--output", f"{base}/out")
-
-    assert result.returncode == 0, result.stderr[-4000:]
-    [app] = our_applications()
-    assert (app["name"], app["applicationType"]) == ("wc test", "flinkyarn")
-    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
-    assert "FINISHED" in app["diagnostics"]
-    for phase in ("submitted", "accepted", "running", "AppMaster up"):
-        assert phase in result.stderr
-    filesystem, path = resolve(f"{base}/out")
-    table = pq.read_table(path, filesystem=filesystem)
-    expected = collections.Counter(re.findall(r"[a-z0-9]+", corpus.read_text().lower()))
-    assert dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist())) == expected
 
 
 FAILING = """

@@ -6,11 +6,9 @@ each other by the hosts YARN put them on, and leave nothing behind."""
 from __future__ import annotations
 
 import collections
-import getpass
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -25,7 +23,7 @@ from flinkyarn import runtime_check
 from flinkyarn.connectors.filesystems import resolve
 from tests.local.conftest import wait_for
 from tests.unit.test_shipping import _other_python
-from yarn_client import yarn_cluster
+from yarn_client import shipping, yarn_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "examples"))
@@ -85,10 +83,16 @@ def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, tmp_p
     before = node_files(nodes)
 
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, *SPREAD, "--tags", TAG,
-                       "examples/wordcount.py", "--input", f"{base}/in", "--output", f"{base}/out")
+                       "--name", "wc test", "examples/wordcount.py", "--input", f"{base}/in",
+                       "--output", f"{base}/out")
 
     assert result.returncode == 0, result.stderr[-4000:]
     [app] = yarn_cluster.flinkyarn_applications(states=("FINISHED",), tag=TAG)
+    assert (app["name"], app["applicationType"], app["finalStatus"]) == \
+        ("wc test", "flinkyarn", "SUCCEEDED")
+    assert "FINISHED" in app["diagnostics"]
+    for phase in ("submitted", "accepted", "running", "AppMaster up"):
+        assert phase in result.stderr
     filesystem, path = resolve(f"{base}/out")
     table = pq.read_table(path, filesystem=filesystem)
     expected = collections.Counter(re.findall(r"[a-z0-9]+", corpus.read_text().lower()))
@@ -269,28 +273,25 @@ def test_a_prepared_archive_runs_the_task_executors(nodes, tmp_path):
 
 
 def test_archives_in_provided_lib_dirs_are_not_uploaded(nodes, tmp_path):
+    """The code archive, packed here into a provided folder, is taken from there (not
+    from the cache, not uploaded); the environment still comes from the cache (a new
+    environment archive would cost each node a minute of localizing)."""
     program = _hello(tmp_path)
-    seeded = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, str(program))
-    assert seeded.returncode == 0, seeded.stderr[-3000:]
-    cache = re.search(r"(hdfs://\S+/cache)/environment-", seeded.stderr).group(1)
+    name = f"flinkyarn-code-{shipping.code_digest()}.tar.gz"
+    packed = shipping.pack_code(tmp_path, name)
     provided = f"/tmp/flinkyarn-tests/provided-{uuid.uuid4().hex[:8]}"
     subprocess.run(["hdfs", "dfs", "-mkdir", "-p", provided], check=True)
-    subprocess.run(["hdfs", "dfs", "-cp", f"{cache}/environment-*.tar",
-                    f"{cache}/flinkyarn-code-*.tar.gz", provided], check=True)
-    staging = f"/user/{getpass.getuser()}/.flinkyarn-test-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["hdfs", "dfs", "-put", str(packed), f"{provided}/{name}"], check=True)
 
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG,
-                       "-D", f"yarn.staging-directory={staging}",
                        "-D", f"yarn.provided.lib.dirs=hdfs://{provided}", str(program))
 
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "uploading" not in result.stderr, result.stderr
+    assert "flinkyarn code: packed" not in result.stderr, result.stderr
     found = _cached_archives(result.stderr)
-    assert set(found) == {"environment", "flinkyarn code"}
-    assert all(provided in uri for uri in found.values()), found
-    listing = subprocess.run(["hdfs", "dfs", "-ls", "-R", staging], capture_output=True, text=True)
-    assert "/cache/" not in listing.stdout, listing.stdout
-    subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", "-skipTrash", provided, staging], check=False)
+    assert found["flinkyarn code"].endswith(f"{provided}/{name}"), found
+    assert "/cache/" in found["environment"], found
+    subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", "-skipTrash", provided], check=False)
 
 
 def test_py_files_and_files_reach_every_container(nodes, tmp_path):
