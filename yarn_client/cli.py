@@ -285,6 +285,8 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
     job_graph = None
     if pyspark:
         try:
+            if target != "local":  # the script's files go to the cluster's HDFS first
+                kerberos.client_login(conf)
             settings = _pyspark_settings(target, submit, dynamic, conf)
         except (ShippingError, HadoopConfigError, OSError) as error:
             click.echo(f"error: {error}", err=True)

@@ -5,7 +5,8 @@ One scenario, two sessions side by side (the wait past the tokens' maximum lifet
 shared):
 - with a keytab, the session logs in from it in the AppMaster, obtains new tokens before
   the old ones expire and hands them to its TaskExecutors: a running one (it keeps its
-  slot between the jobs), and one started after the tokens of the submit are dead (YARN
+  slot between the jobs; a PySpark script's driver there reads HDFS through Spark on
+  YARN meanwhile), and one started after the tokens of the submit are dead (YARN
   localizes its files with the ResourceManager's new tokens: proxy-user privileges). Both
   jobs read and write HDFS, counted exactly. The keytab reaches the AppMaster alone, from
   an owner-only staging file that goes with the session.
@@ -15,6 +16,7 @@ shared):
 
 from __future__ import annotations
 
+import collections
 import getpass
 import json
 import os
@@ -23,6 +25,7 @@ import time
 
 import kdc
 from flinkyarn import hadoop
+from tests.yarn.test_pyspark_on_yarn import EXAMPLES, printed
 from tests.yarn_secure.conftest import FAST, TAG, flinkyarn, kinit, read_counts
 from yarn_client import yarn_cluster
 
@@ -79,6 +82,17 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
                           "--output", f"{base}/out1", "--parallelism", "1")
         assert first.returncode == 0, first.stderr[-4000:]
         assert read_counts(f"{base}/out1") == expected
+
+        # Meanwhile, a PySpark script: its driver starts with the TaskExecutor's newest
+        # tokens (its token file), and Spark on YARN, from the TaskExecutor, reads HDFS.
+        script = flinkyarn(with_keytab, "run", "-t", "yarn-session", "--application-id",
+                           renewing, *identity, "--pyspark", str(EXAMPLES / "wordcount.py"),
+                           f"{base}/in/corpus.txt")
+        assert script.returncode == 0, script.stderr[-4000:]
+        text = filesystem.cat(hadoop.hdfs_path(f"{base}/in/corpus.txt")).decode()
+        words = collections.Counter(w for line in text.splitlines() for w in line.split(" "))
+        assert sorted(printed(script.stdout)) == sorted(f"{w}: {n}" for w, n in words.items())
+        assert re.search(r"Spark application application_\d+_\d+", script.stderr)
 
         # Past the maximum lifetime of every token the submit obtained.
         lifetime = kdc.TOKEN_MAX_LIFETIME_MS / 1000
