@@ -96,6 +96,14 @@ def hdfs(user: str | None = None, host: str | None = None):
     return filesystem
 
 
+def delete(filesystem, path: str) -> bool:
+    """Removes `path` (a folder with its contents) through WebHDFS `filesystem`; whether
+    there was anything to remove. A refusal raises (fsspec's `exists` would answer "not
+    there" to one, and its `rm` does not say whether it removed anything)."""
+    answer = filesystem._call("DELETE", method="delete", path=path, recursive="true")
+    return bool(answer.json().get("boolean"))
+
+
 def hdfs_path(url: str) -> str:
     """The path part of an `hdfs://` URL, as WebHDFS wants it."""
     parsed = urlparse(url)

@@ -215,11 +215,10 @@ class TaskExecutor(RpcEndpoint):
             kerberos.use_tokens(tokens)
             return
         token_file = kerberos.install_tokens(tokens, self.environment.tmp_dir / "tokens")
-        if self.environment.spark is not None:
-            try:
-                self.environment.spark.add_credentials(token_file)
-            except Exception as error:  # Spark's JVM went away: the next one reads the file
-                log.warning("could not hand new delegation tokens to Spark's JVM: %s", error)
+        try:
+            self.environment.spark.add_credentials(token_file)
+        except Exception as error:  # Spark's JVM went away: the next one reads the file
+            log.warning("could not hand new delegation tokens to Spark's JVM: %s", error)
         log.info("installed %d new delegation tokens", len(tokens))
 
     async def allocate_slot(self, request: AllocateSlot) -> Ack:

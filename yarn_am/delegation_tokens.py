@@ -56,8 +56,9 @@ class DelegationTokenManager:
             return None
         if self.renewing:
             return await self._renew(hand_over)
-        expiry = min((t.max_date() for t in kerberos.container_tokens()
-                      if t.kind == kerberos.HDFS_TOKEN_KIND and t.max_date()), default=None)
+        dates = (t.max_date() for t in kerberos.container_tokens()
+                 if t.kind == kerberos.HDFS_TOKEN_KIND)
+        expiry = min((date for date in dates if date is not None), default=None)
         if expiry is None:
             return None
         message = (f"no keytab: this application's delegation tokens cannot be renewed past "

@@ -134,11 +134,9 @@ def remove_staging_files(paths: list[str]) -> None:
         log.warning("could not remove %s: %s", ", ".join(paths), error)
         return
     for path in paths:
-        try:  # (fsspec's `exists` would hide a refusal as "not there")
-            filesystem.rm(path, recursive=True)
-            log.info("removed %s", path)
-        except FileNotFoundError:
-            pass
+        try:
+            if hadoop.delete(filesystem, path):
+                log.info("removed %s", path)
         except Exception as error:
             log.warning("could not remove %s: %s", path, error)
 

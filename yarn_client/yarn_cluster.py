@@ -404,12 +404,7 @@ def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str
         info = json.loads(staging.fs.cat_file(index))
     except FileNotFoundError:
         return []
-    removed = []
-    for path in (info["credentials"], index):
-        if staging.fs.exists(path):
-            staging.fs.rm(path, recursive=True)
-            removed.append(path)
-    return removed
+    return [path for path in (info["credentials"], index) if hadoop.delete(staging.fs, path)]
 
 
 def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),
