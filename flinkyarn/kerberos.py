@@ -205,20 +205,25 @@ def use_tokens(tokens: list[Token]) -> None:
 
 def install_tokens(newer: list[Token], folder: Path) -> Path:
     """Newer tokens for this process (`use_tokens`) and for the processes it starts from
-    now on, each replacing the one of its kind and service: written owner-only into
-    `folder`, which HADOOP_TOKEN_FILE_LOCATION then names. Returns the file."""
+    now on (`write_token_file`, which HADOOP_TOKEN_FILE_LOCATION then names)."""
+    target = write_token_file(newer, folder)
+    use_tokens(read_token_storage(target.read_bytes()))
+    os.environ[TOKEN_FILE_VARIABLE] = str(target)
+    return target
+
+
+def write_token_file(newer: list[Token], folder: Path) -> Path:
+    """This process's tokens with `newer` ones, each replacing the one of its kind and
+    service, written owner-only into `folder` (whole, then renamed). Returns the file."""
     by_service = {(t.kind, t.service): t for t in container_tokens()}
     by_service.update({(t.kind, t.service): t for t in newer})
-    tokens = list(by_service.values())
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     target = folder / "delegation.tokens"
     partial = folder / f".delegation.tokens.{uuid.uuid4().hex}"
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as file:
-        file.write(write_token_storage(tokens))
+        file.write(write_token_storage(list(by_service.values())))
     os.replace(partial, target)
-    use_tokens(tokens)
-    os.environ[TOKEN_FILE_VARIABLE] = str(target)
     return target
 
 
@@ -253,59 +258,6 @@ class DelegatedWebHDFS(WebHDFS):
     def _call(self, op, method="get", path=None, data=None, redirect=True, **kwargs):
         self.pars["delegation"] = hdfs_delegation_token()
         return super()._call(op, method, path, data, redirect, **kwargs)
-
-
-# ------------------------------------------------- fresh tokens from the NameNode
-
-
-def _namenode_session():
-    """A requests session to the NameNode's WebHDFS, authenticated with this process's
-    Kerberos ticket; and WebHDFS's root URL."""
-    import requests
-
-    session = requests.Session()
-    session.auth = spnego_auth()
-    host, port = hadoop.namenode_web_address()
-    if hadoop.https_only():
-        session.verify = ca_bundle()
-        session.trust_env = not isinstance(session.verify, str)
-        return session, f"https://{host}:{port}/webhdfs/v1/"
-    return session, f"http://{host}:{port}/webhdfs/v1/"
-
-
-def namenode_token_service() -> str:
-    """The service a Java client looks an HDFS token up by: the NameNode's RPC address
-    (host:port of fs.defaultFS), for a token that none from YARN tells."""
-    from urllib.parse import urlparse
-
-    parsed = urlparse(hadoop.default_fs())
-    return f"{parsed.hostname}:{parsed.port or 8020}"
-
-
-def obtain_hdfs_token(renewer: str, like: Token | None = None) -> tuple[Token, float]:
-    """A new HDFS delegation token for the logged-in user (WebHDFS GETDELEGATIONTOKEN),
-    named as `like` (alias, kind, service: Java clients find it where they found that
-    one), renewed once to learn when it expires; (token, expiry in seconds since the
-    epoch). Raises OSError (requests' errors are) or KerberosError."""
-    session, root = _namenode_session()
-    with session:
-        alias = like.alias if like else namenode_token_service()
-        response = session.get(root, params={
-            "op": "GETDELEGATIONTOKEN", "renewer": renewer,
-            "kind": like.kind if like else HDFS_TOKEN_KIND,
-            "service": like.service if like else namenode_token_service()}, timeout=30)
-        response.raise_for_status()
-        token = Token.from_url_string(response.json()["Token"]["urlString"], alias)
-        renewed = session.put(root, params={"op": "RENEWDELEGATIONTOKEN",
-                                            "token": token.url_string()}, timeout=30)
-        renewed.raise_for_status()
-        return token, renewed.json()["long"] / 1000.0
-
-
-def short_name(principal: str) -> str:
-    """Hadoop's short name of a principal of the default realm (`user/host@REALM` ->
-    `user`): who may renew the tokens it asks for."""
-    return principal.split("@", 1)[0].split("/", 1)[0]
 
 
 # -------------------------------------------------------------------- tickets

@@ -396,9 +396,14 @@ def _site_files(layout: Layout, count: int) -> dict[str, dict[str, object]]:
     return files
 
 
+RM_USER = "rm"  # the short name of the ResourceManager's principal, on a secure cluster
+
+
 def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
     """Hadoop's secure mode: Kerberos for RPC (every service principal maps to the one
-    local user the daemons run as), block access tokens, SASL on the DataNode's data
+    local user the daemons run as, but the ResourceManager's, which is `rm`, as `yarn` is
+    on a real cluster: the tokens an application hands to YARN must name it as their
+    renewer, not the application's user), block access tokens, SASL on the DataNode's data
     transfer (no privileged ports), which Hadoop only accepts with HTTPS-only web
     servers; delegation tokens that expire within minutes."""
     from kdc import REALM, TOKEN_MAX_LIFETIME_MS, TOKEN_RENEW_INTERVAL_MS, principal
@@ -413,17 +418,18 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
             "hadoop.security.authorization": "false",
             "hadoop.rpc.protection": "authentication",
             "hadoop.security.auth_to_local":
+                f"RULE:[2:$1@$0](rm@{realm})s/.*/{RM_USER}/\n"
                 f"RULE:[2:$1@$0](.*@{realm})s/.*/{_user()}/\nDEFAULT",
             # WebHDFS (and every web endpoint) authenticates with SPNEGO.
             "hadoop.http.authentication.type": "kerberos",
             "hadoop.http.authentication.kerberos.principal": principal("HTTP"),
             "hadoop.http.authentication.kerberos.keytab": keytab,
             "hadoop.http.authentication.simple.anonymous.allowed": "false",
-            # The ResourceManager (its principal maps to this user) may obtain HDFS
-            # tokens on behalf of an application's user: the new tokens it hands the
-            # NodeManagers keep localizing containers past the tokens' maximum lifetime.
-            f"hadoop.proxyuser.{_user()}.hosts": "*",
-            f"hadoop.proxyuser.{_user()}.groups": "*",
+            # The ResourceManager may obtain HDFS tokens on behalf of an application's
+            # user: the new tokens it hands the NodeManagers keep localizing containers
+            # past the tokens' maximum lifetime.
+            f"hadoop.proxyuser.{RM_USER}.hosts": "*",
+            f"hadoop.proxyuser.{RM_USER}.groups": "*",
         },
         "hdfs-site.xml": {
             "dfs.block.access.token.enable": "true",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from flinkyarn.configuration import Configuration
@@ -33,6 +33,10 @@ class TaskEnvironment:
     network: NetworkConfig
     data_server: "DataServer | None" = None
     conf: "Configuration | None" = None   # the TaskExecutor's (PySpark drivers read it)
+    # For task threads: delegation tokens of its own for a YARN application a task
+    # submits (the AppMaster's answer; empty where the TaskExecutor's serve). Set by the
+    # TaskExecutor once it runs.
+    application_tokens: "Callable[[str], bytes] | None" = None
 
     def close(self) -> None:
         """Stops Spark, the data server and the client pool; drops every partition."""

@@ -14,6 +14,10 @@ PySparkScript (flinkyarn/pipeline/pyspark_script.py).
   attached client has every line before it hears the result. Spark's own log goes to
   `spark-<job>.log` beside it (log4j2), or, with pyspark.show-spark-logs, WARN and up
   to stderr as spark-submit shows it.
+- On a secure cluster, the Spark application on YARN gets delegation tokens of its own
+  from the AppMaster where it has a keytab (a token file for the driver, in its
+  scratch): YARN cancels an application's tokens when it ends, and the TaskExecutor's
+  must outlive it.
 - The Spark application on YARN carries the tag `flinkyarn-task-<attempt>` (and
   `flinkyarn-job-<job>` and our application's id); it is found by that tag through the
   ResourceManager's REST API and reported to the JobMaster.
@@ -43,7 +47,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flinkyarn import hadoop, options
+from flinkyarn import hadoop, kerberos, options
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
 from taskexecutor.task import TaskCancelled
@@ -207,6 +211,22 @@ class PySparkDriver:
         env.update(self.settings.environment)
         return env
 
+    def _own_tokens(self, env: dict[str, str], work: Path) -> None:
+        """Spark on YARN on a secure cluster: the driver's token file holds tokens of its
+        application's own where the AppMaster can obtain them."""
+        provider = self.context.environment.application_tokens
+        if not self.yarn or provider is None or not kerberos.security_enabled():
+            return
+        try:
+            data = provider(f"the Spark application of {self.script.script_name} "
+                            f"(job {self.context.job_id})")
+        except Exception as error:
+            raise PySparkScriptFailed(f"could not obtain delegation tokens for its Spark "
+                                      f"application: {kerberos.first_line(error)}") from None
+        if data:
+            tokens = kerberos.read_token_storage(data)
+            env[kerberos.TOKEN_FILE_VARIABLE] = str(kerberos.write_token_file(tokens, work / "tokens"))
+
     def _fetch(self, url: str, target: Path) -> Path:
         """A copy (hdfs://) or a link (a local path) of `url` at `target`."""
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -319,6 +339,7 @@ class PySparkDriver:
         log_dir = self._log_dir()
         conf = self.spark_conf(work, log_dir)
         env = self.environment(conf, work)
+        self._own_tokens(env, work)
         cwd = self._prepare_working_dir(work)
         python_path = self._python_path(work)
         if python_path:

@@ -21,6 +21,7 @@ a JobMaster timeout the job's tasks are cancelled and its slots freed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from flinkyarn.gateways.job_master import (JobMasterGateway, OfferSlots, OutputC
                                            TaskState, UpdateTaskExecutionState,
                                            job_master_endpoint)
 from flinkyarn.gateways.resource_manager import (NotifySlotAvailable, RegisterTaskExecutor,
-                                                 ResourceManagerGateway)
+                                                 RequestApplicationTokens, ResourceManagerGateway)
 from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot, CancelTask,
                                               DisconnectJobManager, DisconnectResourceManager,
                                               FreeSlot, JobHeartbeatRequest, ReleasePartitions,
@@ -54,6 +55,9 @@ from taskexecutor.slot_table import SlotTaken, TaskSlotTable
 from taskexecutor.task import Task
 
 log = logging.getLogger(__name__)
+
+# The AppMaster obtains them with a JVM of Hadoop's clients: seconds, more on a busy node.
+APPLICATION_TOKENS_TIMEOUT = 120.0
 
 
 class RegistrationTimeout(Exception):
@@ -127,6 +131,9 @@ class TaskExecutor(RpcEndpoint):
     # ------------------------------------------------------------------ lifecycle
 
     async def on_start(self) -> None:
+        if self.environment is not None:
+            self.environment.application_tokens = functools.partial(
+                self._application_tokens, asyncio.get_running_loop())
         self.spawn(self._register_at_resource_manager(), "registration")
         check = min(self.config.heartbeat.interval, self.config.heartbeat.timeout / 5)
         self.every(lambda: check, self._check_heartbeats, "heartbeat-timeouts")
@@ -219,7 +226,20 @@ class TaskExecutor(RpcEndpoint):
             self.environment.spark.add_credentials(token_file)
         except Exception as error:  # Spark's JVM went away: the next one reads the file
             log.warning("could not hand new delegation tokens to Spark's JVM: %s", error)
-        log.info("installed %d new delegation tokens", len(tokens))
+        log.info("installed new delegation tokens: %s", ", ".join(t.kind for t in tokens))
+
+    def _application_tokens(self, loop: asyncio.AbstractEventLoop, purpose: str) -> bytes:
+        """For task threads: the AppMaster's new tokens for a YARN application a task
+        submits; raises RpcError if it has none to give."""
+        async def ask() -> bytes:
+            connection = self.rm_connection
+            if connection is None:
+                raise RpcError("this TaskExecutor is not registered at a ResourceManager")
+            answer = await self._rm.request_application_tokens(
+                RequestApplicationTokens(connection.resource_manager_id, self.resource_id, purpose),
+                timeout=APPLICATION_TOKENS_TIMEOUT)
+            return answer.tokens
+        return asyncio.run_coroutine_threadsafe(ask(), loop).result()
 
     async def allocate_slot(self, request: AllocateSlot) -> Ack:
         current = self.rm_connection.resource_manager_id if self.rm_connection else None

@@ -95,6 +95,7 @@ class AppMaster:
                 tokens_task = None
                 if self.delegation_tokens is not None:
                     hand_over = resource_manager.hand_over_delegation_tokens
+                    resource_manager.obtain_application_tokens = self.delegation_tokens.for_application
                     delay = await self.delegation_tokens.start(hand_over)
                     tokens_task = group.create_task(self.delegation_tokens.run(hand_over, delay))
                 self.info = ClusterInfo(await rest.start(), rpc_address, await dashboard.start(),

@@ -6,9 +6,11 @@ application can read or write HDFS. So, as Flink's DelegationTokenManager and Sp
 HadoopDelegationTokenManager do:
 
 - With a keytab (security.kerberos.login.keytab, shipped owner-only to the AppMaster
-  alone, per-job or session), the AppMaster logs in from it and obtains new HDFS tokens at start and again
-  after `renewal.time-ratio` of their validity; each new set is used by the AppMaster,
-  and handed to every TaskExecutor, running or registering later (ResourceManager).
+  alone, per-job or session), the AppMaster logs in from it and obtains new HDFS and
+  ResourceManager tokens (hadoop_tokens) at start and again after `renewal.time-ratio`
+  of their validity; each new set is used by the AppMaster, and handed to every
+  TaskExecutor, running or registering later (ResourceManager). A YARN application that
+  a task submits (a PySpark script's Spark on YARN) gets a set of its own.
 - Without one, the application lives as long as its tokens: said at start (the client
   prints it for a session), and again when they have run out.
 
@@ -28,6 +30,7 @@ from typing import Awaitable, Callable
 from flinkyarn import kerberos, options
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.dispatcher import TokenStatus as Status
+from yarn_am import hadoop_tokens
 
 log = logging.getLogger(__name__)
 
@@ -100,19 +103,29 @@ class DelegationTokenManager:
         kerberos.install_tokens(tokens, self.folder)
         await hand_over(kerberos.write_token_storage(tokens))
         delay = max(1.0, self.ratio * (expiry - time.time()))
-        message = (f"delegation tokens obtained from the keytab of {self.principal}, valid "
-                   f"until {_when(expiry)}; the next at {_when(time.time() + delay)}")
+        message = (f"delegation tokens obtained from the keytab of {self.principal} "
+                   f"({', '.join(t.kind for t in tokens)}), valid until {_when(expiry)}; "
+                   f"the next at {_when(time.time() + delay)}")
         await self._say(Status(True, expiry, message), logging.INFO)
         return delay
 
+    async def for_application(self, purpose: str) -> bytes:
+        """A set of new tokens of its own for a YARN application a task submits (Spark on
+        YARN), in Hadoop's token storage format; empty without a keytab, where the
+        application's tokens from YARN serve. YARN cancels an application's tokens when
+        it ends: shared, the tokens every process of this one uses would die with it."""
+        if not self.renewing:
+            return b""
+        tokens, _ = await asyncio.to_thread(self._obtain)
+        log.info("delegation tokens obtained for %s: %s", purpose,
+                 ", ".join(t.kind for t in tokens))
+        return kerberos.write_token_storage(tokens)
+
     def _obtain(self) -> tuple[list[kerberos.Token], float]:
-        """New HDFS tokens, one for each the application has (the first: one for the
-        default filesystem); (tokens, when the first of them expires)."""
-        kerberos.login(self.keytab, self.principal, self.folder / "krb5cc")
-        current = [t for t in kerberos.container_tokens() if t.kind == kerberos.HDFS_TOKEN_KIND]
-        renewer = kerberos.short_name(self.principal)
-        obtained = [kerberos.obtain_hdfs_token(renewer, like) for like in current or [None]]
-        return [token for token, _ in obtained], min(expiry for _, expiry in obtained)
+        """New HDFS and ResourceManager tokens; (tokens, when the first expires)."""
+        obtained = hadoop_tokens.obtain(self.keytab, self.principal, self.folder / "jvm",
+                                        kerberos.container_tokens())
+        return obtained.tokens, obtained.expires
 
     async def _say(self, status: Status, level: int) -> None:
         self.status = status

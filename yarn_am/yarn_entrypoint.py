@@ -121,15 +121,18 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
                 outcome.status, outcome.diagnostics = "KILLED", "the AppMaster was stopped"
 
 
-def remove_staging_files(paths: list[str]) -> None:
-    """What the client put on the default filesystem for this application alone; the
-    application ends, so do they. Best effort: the final status matters more."""
+def remove_staging_files(paths: list[str], app_id: str) -> None:
+    """What the client put on the default filesystem for this application alone, and
+    skein's folder of it (skein's AppMaster removes that too, but only with the tokens of
+    the submit: a session that outlived them leaves it); the application ends, so do
+    they. Best effort: the final status matters more."""
     if not paths:
         return
     from flinkyarn import hadoop
 
     try:
         filesystem = hadoop.hdfs()
+        paths = [*paths, f"{filesystem.home_directory()}/.skein/{app_id}"]
     except Exception as error:
         log.warning("could not remove %s: %s", ", ".join(paths), error)
         return
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome.status = "FAILED"
         outcome.diagnostics = f"the flinkyarn AppMaster failed: {type(error).__name__}: {error}"
     log.info("final status %s: %s", outcome.status, outcome.diagnostics)
-    remove_staging_files(args.staging_files)
+    remove_staging_files(args.staging_files, app.id)
     app.shutdown(outcome.status, outcome.diagnostics[:MAX_DIAGNOSTICS])
     return 0 if outcome.status == "SUCCEEDED" else 1
 

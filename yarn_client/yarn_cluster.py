@@ -394,8 +394,9 @@ def _fetch_application(app_id: str, target: Path, conf: Configuration) -> None:
 
 def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str]:
     """What an ended application of this user left in the staging folder (its keys, a
-    shipped keytab, its index entry): its AppMaster removes them at its end, but cannot
-    once its delegation tokens expired. Returns what was removed."""
+    shipped keytab, its index entry) and skein's folder of it: its AppMaster removes
+    them at its end, but cannot once its delegation tokens expired. Returns what was
+    removed."""
     conf = conf or Configuration.load()
     kerberos.client_login(conf)
     staging = shipping.Staging(conf)
@@ -404,7 +405,9 @@ def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str
         info = json.loads(staging.fs.cat_file(index))
     except FileNotFoundError:
         return []
-    return [path for path in (info["credentials"], index) if hadoop.delete(staging.fs, path)]
+    skein_folder = f"{staging.fs.home_directory()}/.skein/{app_id}"
+    return [path for path in (info["credentials"], index, skein_folder)
+            if hadoop.delete(staging.fs, path)]
 
 
 def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),

@@ -77,6 +77,23 @@ class DisconnectJobMaster(msgspec.Struct, frozen=True):
     cause: str
 
 
+class RequestApplicationTokens(msgspec.Struct, frozen=True):
+    """A task of the TaskExecutor is about to submit a YARN application of its own (a
+    PySpark script's Spark on YARN). That application needs delegation tokens of its
+    own: YARN cancels an application's tokens when it ends, and the TaskExecutor's must
+    outlive it."""
+
+    resource_manager_id: ResourceManagerId
+    resource_id: ResourceID
+    purpose: str  # what they are for, for the AppMaster's log
+
+
+class ApplicationTokens(msgspec.Struct, frozen=True):
+    # Hadoop's token storage format; empty when the application's own tokens serve (those
+    # from YARN, which it cancels only when the last application using them ends).
+    tokens: bytes = b""
+
+
 class ResourceManagerGateway(Protocol):
     async def register_task_executor(self, request: RegisterTaskExecutor) -> TaskExecutorRegistration:
         """Registers (or re-registers) a TaskExecutor; its previous slots are dropped first."""
@@ -100,4 +117,9 @@ class ResourceManagerGateway(Protocol):
         ...
 
     async def disconnect_job_master(self, request: DisconnectJobMaster) -> Ack:
+        ...
+
+    async def request_application_tokens(self, request: RequestApplicationTokens) -> ApplicationTokens:
+        """New delegation tokens for a YARN application a task submits (from a keytab:
+        takes a second or two); raises if they cannot be had."""
         ...

@@ -81,11 +81,6 @@ def test_installed_tokens_replace_those_of_their_kind_and_service_only(tmp_path,
     assert list(written.parent.iterdir()) == [written]  # no partial file left
 
 
-def test_short_name_of_principals():
-    assert kerberos.short_name("alice@EXAMPLE.COM") == "alice"
-    assert kerberos.short_name("nn/host.example@EXAMPLE.COM") == "nn"
-
-
 def test_renewal_time_ratio_must_be_a_fraction():
     with pytest.raises(ConfigurationError, match="time-ratio.*between 0 and 1"):
         Configuration.from_raw({options.SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO.key: "1.5"})
@@ -145,6 +140,26 @@ def test_a_failed_round_is_said_and_retried_after_the_backoff(tmp_path, monkeypa
     [status] = published
     assert status.renewing and status.warning
     assert "missing.keytab" in status.message and "trying again in 7 s" in status.message
+
+
+def test_a_round_that_hadoop_refuses_says_what_java_said(tmp_path, monkeypatch):
+    """(A real JVM of Hadoop's clients, logging in from a keytab that is none.)"""
+    write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020",
+                                       "hadoop.security.authentication": "kerberos"})
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    keytab = tmp_path / "alice.keytab"
+    keytab.write_bytes(b"not a keytab")
+    tokens, published = manager(tmp_path, {
+        options.SECURITY_KERBEROS_KEYTAB.key: str(keytab),
+        options.SECURITY_KERBEROS_PRINCIPAL.key: "alice@EXAMPLE.COM"})
+    assert asyncio.run(tokens.start(never)) == 60.0
+    [status] = published
+    assert status.warning
+    said = ("could not obtain new delegation tokens from the keytab of alice@EXAMPLE.COM "
+            "(org.apache.hadoop.security.KerberosAuthException: failure to login: for "
+            f"principal: alice@EXAMPLE.COM from keytab {keytab}")
+    assert status.message.startswith(said), status.message
+    assert not list(tmp_path.glob("tokens/delegation.tokens"))
 
 
 def test_the_token_state_of_the_tests_above_is_undone():

@@ -1,14 +1,17 @@
 """Sessions that outlive their delegation tokens (issue 11), on the secure test cluster,
-whose HDFS tokens live 1 minute unrenewed and 2 minutes at most (integration/kdc.py).
+whose HDFS and ResourceManager tokens live 1 minute unrenewed and 2 minutes at most
+(integration/kdc.py).
 
 One scenario, two sessions side by side (the wait past the tokens' maximum lifetime is
 shared):
 - with a keytab, the session logs in from it in the AppMaster, obtains new tokens before
   the old ones expire and hands them to its TaskExecutors: a running one (it keeps its
-  slot between the jobs; a PySpark script's driver there reads HDFS through Spark on
-  YARN meanwhile), and one started after the tokens of the submit are dead (YARN
+  slot between the jobs), and one started after the tokens of the submit are dead (YARN
   localizes its files with the ResourceManager's new tokens: proxy-user privileges). Both
-  jobs read and write HDFS, counted exactly. The keytab reaches the AppMaster alone, from
+  jobs read and write HDFS, counted exactly. Then a PySpark script's driver submits its
+  Spark application to YARN with the new ResourceManager token and hands it the new HDFS
+  token, which YARN can renew only because it names YARN's ResourceManager (`rm` on the
+  test cluster) as its renewer. The keytab reaches the AppMaster alone, from
   an owner-only staging file that goes with the session.
 - without one, the session says at start until when it can live, and says afterwards
   that its tokens ran out.
@@ -84,17 +87,6 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
         assert first.returncode == 0, first.stderr[-4000:]
         assert read_counts(f"{base}/out1") == expected
 
-        # Meanwhile, a PySpark script: its driver starts with the TaskExecutor's newest
-        # tokens (its token file), and Spark on YARN, from the TaskExecutor, reads HDFS.
-        script = flinkyarn(with_keytab, "run", "-t", "yarn-session", "--application-id",
-                           renewing, *identity, "--pyspark", str(EXAMPLES / "wordcount.py"),
-                           f"{base}/in/corpus.txt")
-        assert script.returncode == 0, script.stderr[-4000:]
-        text = filesystem.cat(hadoop.hdfs_path(f"{base}/in/corpus.txt")).decode()
-        words = collections.Counter(w for line in text.splitlines() for w in line.split(" "))
-        assert sorted(printed(script.stdout)) == sorted(f"{w}: {n}" for w, n in words.items())
-        assert re.search(r"Spark application application_\d+_\d+", script.stderr)
-
         # Past the maximum lifetime of every token the submit obtained.
         lifetime = kdc.TOKEN_MAX_LIFETIME_MS / 1000
         time.sleep(max(0.0, started + lifetime + 10 - time.time()))
@@ -104,6 +96,18 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
                            "--output", f"{base}/out2", "--parallelism", "2")
         assert second.returncode == 0, second.stderr[-4000:]
         assert read_counts(f"{base}/out2") == expected
+
+        # A PySpark script: its driver starts with the TaskExecutor's newest tokens (its
+        # token file); Spark's YARN client submits with the ResourceManager token the
+        # AppMaster obtained after the submit's had died, and reads HDFS.
+        script = flinkyarn(with_keytab, "run", "-t", "yarn-session", "--application-id",
+                           renewing, *identity, "--pyspark", str(EXAMPLES / "wordcount.py"),
+                           f"{base}/in/corpus.txt")
+        assert script.returncode == 0, script.stderr[-4000:]
+        text = filesystem.cat(hadoop.hdfs_path(f"{base}/in/corpus.txt")).decode()
+        words = collections.Counter(w for line in text.splitlines() for w in line.split(" "))
+        assert sorted(printed(script.stdout)) == sorted(f"{w}: {n}" for w, n in words.items())
+        assert re.search(r"Spark application application_\d+_\d+", script.stderr)
 
         # Without a keytab: told afterwards too, where the user looks (and on the dashboard).
         time.sleep(max(0.0, plain_started + lifetime + 10 - time.time()))
@@ -138,12 +142,23 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
     # The first TaskExecutor, running, got new tokens pushed; the second registered after
     # the submit's tokens were dead and got the newest with its registration.
     assert re.search(r"new delegation tokens handed to TaskExecutor taskexecutor-1-", appmaster)
+    # The PySpark script's Spark application had tokens of its own: YARN cancelled them
+    # when it ended, and the session's went on (its AppMaster removed its staging files).
+    assert re.search(r"delegation tokens obtained for the Spark application of wordcount.py "
+                     r"\(job \w+\) \(TaskExecutor taskexecutor-\S+\): "
+                     r"HDFS_DELEGATION_TOKEN, RM_DELEGATION_TOKEN",
+                     appmaster), appmaster[-3000:]
+    assert "py4j" not in appmaster  # its JVMs come and go without a word
     registered = re.findall(r"^(\S+ \S+) .*TaskExecutor (taskexecutor-\S+) registered",
                             appmaster, re.MULTILINE)
     assert len(registered) == 2, registered
     late = time.mktime(time.strptime(registered[1][0].split(",")[0], "%Y-%m-%d %H:%M:%S"))
     assert late > started + lifetime, (registered, started)
     assert len(logs) == 2
-    assert all("installed 1 new delegation tokens" in text for text in logs.values()), logs.keys()
-    # The staged keytab went with the session.
+    assert all("installed new delegation tokens: HDFS_DELEGATION_TOKEN, RM_DELEGATION_TOKEN"
+               in text for text in logs.values()), logs.keys()
+    # The staged keytab went with the session; skein's folders with both (skein's
+    # AppMaster, with the tokens of the submit, cannot remove them).
     assert not filesystem.exists(staged)
+    for app_id in (renewing, plain):
+        assert not filesystem.exists(f"/user/{getpass.getuser()}/.skein/{app_id}"), app_id

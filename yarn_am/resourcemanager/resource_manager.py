@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from flinkyarn import options
 from flinkyarn.clock import Clock, SystemClock
@@ -28,10 +29,11 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGateway,
                                            SlotRequestFailed, job_master_endpoint)
-from flinkyarn.gateways.resource_manager import (CancelSlotRequest, DisconnectJobMaster,
-                                                 DisconnectTaskExecutor, JobMasterRegistration,
-                                                 NotifySlotAvailable, RegisterJobMaster,
-                                                 RegisterTaskExecutor, RequestSlot,
+from flinkyarn.gateways.resource_manager import (ApplicationTokens, CancelSlotRequest,
+                                                 DisconnectJobMaster, DisconnectTaskExecutor,
+                                                 JobMasterRegistration, NotifySlotAvailable,
+                                                 RegisterJobMaster, RegisterTaskExecutor,
+                                                 RequestApplicationTokens, RequestSlot,
                                                  ResourceManagerGateway, TaskExecutorRegistration)
 from flinkyarn.gateways.task_executor import (AllocateSlot as AllocateSlotCall,
                                               DisconnectResourceManager, TaskExecutorGateway,
@@ -107,6 +109,8 @@ class ResourceManager(RpcEndpoint):
         # Workers requested from the driver and not yet terminated; True once registered.
         self.workers: dict[str, bool] = {}
         self.delegation_tokens = b""  # the AppMaster's newest, for every TaskExecutor
+        # Set by the AppMaster where it obtains tokens from a keytab: a new set, for `purpose`.
+        self.obtain_application_tokens: Callable[[str], Awaitable[bytes]] | None = None
         timeout = config.heartbeat.timeout
         threshold = config.heartbeat.rpc_failure_threshold
         self._te_heartbeats: HeartbeatManager[SlotReport, HeartbeatRequest] = HeartbeatManager(
@@ -177,6 +181,15 @@ class ResourceManager(RpcEndpoint):
         except RpcError as error:  # it registers again, and gets them with its registration
             log.warning("could not hand new delegation tokens to TaskExecutor %s: %s",
                         record.resource_id, error)
+
+    async def request_application_tokens(self, request: RequestApplicationTokens) -> ApplicationTokens:
+        check_fencing(self.resource_manager_id, request.resource_manager_id, "ResourceManager id")
+        check_fencing(request.resource_id if request.resource_id in self.task_executors else None,
+                      request.resource_id, "TaskExecutor")
+        if self.obtain_application_tokens is None:
+            return ApplicationTokens()
+        purpose = f"{request.purpose} (TaskExecutor {request.resource_id})"
+        return ApplicationTokens(await self.obtain_application_tokens(purpose))
 
     def _slot_report_received(self, resource_id: ResourceID, report: SlotReport) -> None:
         if resource_id in self.task_executors:
