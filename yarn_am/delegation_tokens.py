@@ -7,8 +7,9 @@ HadoopDelegationTokenManager do:
 
 - With a keytab (security.kerberos.login.keytab, shipped owner-only to the AppMaster
   alone, per-job or session), the AppMaster logs in from it and obtains new HDFS and
-  ResourceManager tokens (hadoop_tokens) at start and again after `renewal.time-ratio`
-  of their validity; each new set is used by the AppMaster, and handed to every
+  ResourceManager tokens (hadoop_tokens) after `renewal.time-ratio` of the application's
+  own tokens' life (YARN renews those up to their maximum lifetime), and again after
+  that share of each new set's validity; each new set is used by the AppMaster, and handed to every
   TaskExecutor, running or registering later (ResourceManager). A YARN application that
   a task submits (a PySpark script's Spark on YARN) gets a set of its own.
 - Without one, the application lives as long as its tokens: said at start (the client
@@ -53,15 +54,23 @@ class DelegationTokenManager:
         self.status: Status | None = None
 
     async def start(self, hand_over: Callable[[bytes], Awaitable[None]]) -> float | None:
-        """The first round, before the AppMaster serves: fresh tokens from the keytab, or
-        when the application's own expire. Returns the delay until `run` has work."""
+        """Before the AppMaster serves: when the application's own tokens (from YARN,
+        which renews them up to their maximum lifetime) run out, and with a keytab when
+        new ones are due (at once if that cannot be told). Returns the delay until `run`
+        has work."""
         if not kerberos.security_enabled():
             return None
-        if self.renewing:
-            return await self._renew(hand_over)
         dates = (t.max_date() for t in kerberos.container_tokens()
                  if t.kind == kerberos.HDFS_TOKEN_KIND)
         expiry = min((date for date in dates if date is not None), default=None)
+        if self.renewing:
+            if expiry is None:
+                return await self._renew(hand_over)
+            delay = max(0.0, self.ratio * (expiry - time.time()))
+            message = (f"this application's delegation tokens serve until {_when(expiry)}; new "
+                       f"ones from the keytab of {self.principal} at {_when(time.time() + delay)}")
+            await self._say(Status(True, expiry, message), logging.INFO)
+            return delay
         if expiry is None:
             return None
         message = (f"no keytab: this application's delegation tokens cannot be renewed past "

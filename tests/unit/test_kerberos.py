@@ -128,6 +128,31 @@ def test_without_a_keytab_the_manager_says_when_the_tokens_end_and_when_they_end
     assert published[-1].warning and "expired at" in published[-1].message
 
 
+def test_with_a_keytab_the_first_round_waits_for_its_share_of_the_yarn_tokens_life(
+        tmp_path, monkeypatch):
+    """(YARN renews the application's own tokens up to their maximum lifetime: a
+    per-job application that ends before pays for no round.)"""
+    write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020",
+                                       "hadoop.security.authentication": "kerberos"})
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    end = int((time.time() + 3600) * 1000)
+    yarn_file = tmp_path / "container_tokens"
+    yarn_file.write_bytes(kerberos.write_token_storage([hdfs_token(max_ms=end)]))
+    monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, str(yarn_file))
+    keytab = tmp_path / "alice.keytab"
+    keytab.write_bytes(b"not looked at yet")
+    tokens, published = manager(tmp_path, {
+        options.SECURITY_KERBEROS_KEYTAB.key: str(keytab),
+        options.SECURITY_KERBEROS_PRINCIPAL.key: "alice@EXAMPLE.COM",
+        options.SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO.key: "0.5"})
+
+    delay = asyncio.run(tokens.start(never))
+    assert 1790 < delay <= 1800
+    [status] = published
+    assert (status.renewing, status.expires, status.warning) == (True, end / 1000, False)
+    assert "new ones from the keytab of alice@EXAMPLE.COM at" in status.message
+
+
 def test_a_failed_round_is_said_and_retried_after_the_backoff(tmp_path, monkeypatch):
     write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020",
                                        "hadoop.security.authentication": "kerberos"})
