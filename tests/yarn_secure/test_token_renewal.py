@@ -121,6 +121,8 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
             f"nodes/*/local/usercache/*/appcache/{renewing}/container_*"), key=lambda p: p.name)
         assert len(containers) == 3, containers
         assert [(c / KEYTAB_NAME).exists() for c in containers] == [True, False, False]
+        localized = (containers[0] / KEYTAB_NAME).resolve()  # no other local user reads it
+        assert localized.stat().st_mode & 0o077 == 0, oct(localized.stat().st_mode)
         scripts = sorted(secure_hadoop.work.glob(
             f"nodes/*/container-logs/{renewing}/container_*/launch_container.sh"),
             key=lambda p: p.parent.name)
