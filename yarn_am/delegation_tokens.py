@@ -101,7 +101,7 @@ class DelegationTokenManager:
     async def _renew(self, hand_over: Callable[[bytes], Awaitable[None]]) -> float:
         """One round: log in, obtain, use, hand over; the delay until the next."""
         try:
-            tokens, expiry = await asyncio.to_thread(self._obtain)
+            obtained = await asyncio.to_thread(self._obtain)
         except Exception as error:  # the tokens in use still serve until they expire
             expires = self.status.expires if self.status else None
             message = (f"could not obtain new delegation tokens from the keytab of "
@@ -109,12 +109,13 @@ class DelegationTokenManager:
                        f"{self.backoff:g} s")
             await self._say(Status(True, expires, message, warning=True), logging.WARNING)
             return self.backoff
+        tokens, expiry = obtained.tokens, obtained.expires
         kerberos.install_tokens(tokens, self.folder)
         await hand_over(kerberos.write_token_storage(tokens))
         delay = max(1.0, self.ratio * (expiry - time.time()))
         message = (f"delegation tokens obtained from the keytab of {self.principal} "
-                   f"({', '.join(t.kind for t in tokens)}), valid until {_when(expiry)}; "
-                   f"the next at {_when(time.time() + delay)}")
+                   f"({', '.join(t.kind for t in tokens)}, renewer {obtained.renewer}), "
+                   f"valid until {_when(expiry)}; the next at {_when(time.time() + delay)}")
         await self._say(Status(True, expiry, message), logging.INFO)
         return delay
 
@@ -125,16 +126,15 @@ class DelegationTokenManager:
         it ends: shared, the tokens every process of this one uses would die with it."""
         if not self.renewing:
             return b""
-        tokens, _ = await asyncio.to_thread(self._obtain)
+        tokens = (await asyncio.to_thread(self._obtain)).tokens
         log.info("delegation tokens obtained for %s: %s", purpose,
                  ", ".join(t.kind for t in tokens))
         return kerberos.write_token_storage(tokens)
 
-    def _obtain(self) -> tuple[list[kerberos.Token], float]:
-        """New HDFS and ResourceManager tokens; (tokens, when the first expires)."""
-        obtained = hadoop_tokens.obtain(self.keytab, self.principal, self.folder / "jvm",
-                                        kerberos.container_tokens())
-        return obtained.tokens, obtained.expires
+    def _obtain(self) -> hadoop_tokens.Obtained:
+        """New HDFS and ResourceManager tokens."""
+        return hadoop_tokens.obtain(self.keytab, self.principal, self.folder / "jvm",
+                                    kerberos.container_tokens())
 
     async def _say(self, status: Status, level: int) -> None:
         self.status = status

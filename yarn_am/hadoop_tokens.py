@@ -25,7 +25,6 @@ from typing import Iterator
 
 from flinkyarn import hadoop, kerberos
 
-RM_TOKEN_KIND = "RM_DELEGATION_TOKEN"
 JVM_HEAP = "-Xmx128m"
 
 
@@ -33,7 +32,7 @@ JVM_HEAP = "-Xmx128m"
 class Obtained:
     tokens: list[kerberos.Token]
     expires: float  # seconds since the epoch: the first of them to expire
-    renewer: str
+    renewer: str  # who may renew them: YARN's ResourceManager
 
 
 def obtain(keytab: str, principal: str, scratch: Path,
