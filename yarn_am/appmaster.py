@@ -57,18 +57,16 @@ class AppMaster:
         self.delegation_tokens = delegation_tokens
         self.info: ClusterInfo | None = None
         self.dispatcher: Dispatcher | None = None
-        self._stopping: asyncio.Event | None = None
+        self._stopping = asyncio.Event()  # also when asked before serve() is up
 
     def shutdown(self) -> None:
-        if self._stopping is not None:
-            self._stopping.set()
+        self._stopping.set()
 
     async def serve(self, on_ready: Callable[["AppMaster"], Awaitable[None]] | None = None,
                     info_file: Path | None = None) -> None:
         from yarn_am.dashboard import Dashboard
 
         conf = self.conf
-        self._stopping = asyncio.Event()
         rpc = RpcService(self.security, host=conf.get(options.JOB_MANAGER_RPC_ADDRESS),
                          port=conf.get(options.JOB_MANAGER_RPC_PORT),
                          max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -319,8 +320,9 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             executor.execute(job_graph)
         else:
             run_program(program, args, executor, program_path)
-    except KeyboardInterrupt:
-        click.echo("interrupted: cancelling and stopping what was started", err=True)
+    except KeyboardInterrupt as interrupt:
+        by = f" by {interrupt.args[0]}" if interrupt.args else ""
+        click.echo(f"interrupted{by}: cancelling and stopping what was started", err=True)
         executor.cancel_running()
         code = 1
     except SystemExit as exit_:
@@ -522,6 +524,27 @@ def info(program: Path, args: tuple[str, ...]) -> None:
     click.echo(describe_job_graph(capture.graph))
 
 
+def interrupt_on_termination() -> None:
+    """SIGTERM (a CI runner, `kill`) and SIGHUP (a closed terminal) end the client as
+    Ctrl-C does: what it started is cancelled and stopped. Further ones are ignored so the
+    clean-up runs to its end; after a hang-up the terminal is gone, so output goes
+    nowhere instead of failing the clean-up. (A client killed outright leaves a local
+    cluster to its AppMaster's watchdog.)"""
+    def interrupt(signum: int, frame) -> None:
+        for other in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(other, signal.SIG_IGN)
+        if signum == signal.SIGHUP:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, sys.stderr.fileno())
+            os.close(devnull)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
 def main() -> None:
+    interrupt_on_termination()
     # click exits 2 on a usage error (unknown option or command), as the CLI promises.
     cli(prog_name="flinkyarn")

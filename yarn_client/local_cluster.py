@@ -3,7 +3,9 @@ TaskExecutors as local processes. Used by `flinkyarn run -t local` and by pipeli
 with plain `python`.
 
 Everything the cluster starts is in one process session (the AppMaster leads it and
-its TaskExecutors die with it), so `stop()` leaves nothing running, also after Ctrl-C.
+its TaskExecutors die with it), so `stop()` leaves nothing running, also after Ctrl-C;
+and the AppMaster watches this process (yarn_am/__main__.py), so a client killed
+outright leaves nothing running or on disk either.
 
 Everything it writes is in its work dir: logs, credentials, and the scratch space of
 its processes (`scratch_dir`: their TMPDIR, hence their scratch root unless io.tmp.dirs
@@ -42,6 +44,7 @@ class LocalCluster:
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="flinkyarn-local-"))
         self._keep = keep_work_dir
         self.process: subprocess.Popen | None = None
+        self._lifeline: int | None = None  # the write end of the AppMaster's --client-pipe
         self.security: ClusterSecurity | None = None
         self.rest: RestClient | None = None
         self.rpc_address: str | None = None
@@ -62,13 +65,23 @@ class LocalCluster:
                    "--work-dir", str(self.work_dir), "--info-file", str(info)]
         for key, value in self.conf.raw().items():
             command += ["-D", f"{key}={value}"]
+        # The AppMaster's watchdog on this process: EOF on the pipe, however we end.
+        watched, self._lifeline = os.pipe()
+        command += ["--client-pipe", str(watched)]
+        if not self._keep:
+            command += ["--orphan-removes",
+                        str(self.work_dir if self._own_dir else self.scratch_dir)]
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         # Not the client's LOCAL_DIRS (were it in a YARN container): they outlive stop().
         environment = {k: v for k, v in os.environ.items() if k != LOCAL_DIRS_ENV}
         environment[TMPDIR_ENV] = str(self.scratch_dir)
-        with open(self.log_file, "ab") as log:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=log, start_new_session=True, env=environment)
+        try:
+            with open(self.log_file, "ab") as log:
+                self.process = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, env=environment, pass_fds=(watched,))
+        finally:
+            os.close(watched)
         deadline = time.monotonic() + timeout
         while not info.exists():
             if self.process.poll() is not None:
@@ -100,6 +113,9 @@ class LocalCluster:
         with keep_work_dir). Idempotent; also for a cluster that never started."""
         if self.process is not None:
             self._stop_processes(timeout)
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
         if not self._keep:
             shutil.rmtree(self.work_dir if self._own_dir else self.scratch_dir, ignore_errors=True)
 

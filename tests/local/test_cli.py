@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.local.conftest import processes_mentioning, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,24 +78,35 @@ def test_usage_errors_exit_2_and_name_the_problem(tmp_path):
     assert target.returncode == 2 and "mars" in target.stderr
 
 
-def test_ctrl_c_cancels_and_leaves_nothing_running(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
+                         ids=lambda signum: signal.Signals(signum).name)
+def test_a_client_ended_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, signum):
+    """Ctrl-C, a CI runner's SIGTERM and a closed terminal's SIGHUP cancel and stop as the
+    client goes; after a SIGKILL the local AppMaster sees its client gone and does it,
+    and removes the work folder (the cluster's private key) the client would have."""
     program = tmp_path / "forever.py"
     program.write_text(LONG_JOB)
     env = dict(os.environ, TMPDIR=str(tmp_path))
     process = subprocess.Popen([*FLINKYARN, "run", "-t", "local", *FAST, str(program)], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: len(processes_mentioning(str(tmp_path))) >= 2, 60,
-                 "the AppMaster and a TaskExecutor")
+        wait_for(lambda: any("taskexecutor" in line for line in processes_mentioning(str(tmp_path))),
+                 60, "a TaskExecutor")
         time.sleep(1.0)
-        process.send_signal(signal.SIGINT)
+        assert list(tmp_path.glob("flinkyarn-local-*/security/*key.pem"))
+        process.send_signal(signum)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 1, err
-    assert "interrupted" in err
-    assert processes_mentioning(str(tmp_path)) == []
+    if signum == signal.SIGKILL:
+        assert process.returncode == -signal.SIGKILL
+    else:
+        assert process.returncode == 1, err
+    if signum in (signal.SIGINT, signal.SIGTERM):
+        assert "interrupted" in err and "Traceback" not in err, err
+    wait_for(lambda: processes_mentioning(str(tmp_path)) == [], 30, "no process of the cluster")
+    wait_for(lambda: not list(tmp_path.glob("flinkyarn-local-*")), 10, "the work folder gone")
 
 
 def test_an_attached_client_prints_each_restart_as_it_happens(tmp_path):
