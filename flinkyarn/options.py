@@ -211,9 +211,12 @@ PYSPARK_PYTHON_ARCHIVE = option(
 PYSPARK_PYTHON = option(
     "pyspark.yarn.python", STRING, "",
     "The interpreter of Spark's executors on YARN, inside pyspark.yarn.python-archive (./NAME/bin/python); empty: the TaskExecutors' own (the client fills it in).")
+TASK_CANCELLATION_INTERVAL = option(
+    "task.cancellation.interval", DURATION, "30 s",
+    "How often a TaskExecutor logs where a cancelled task that has not stopped is (its thread's stack) and asks it again.")
 TASK_CANCELLATION_TIMEOUT = option(
     "task.cancellation.timeout", DURATION, "30 s",
-    "How long a cancelled task may take to stop what it started (a PySpark driver and its Spark application) before it is killed.")
+    "How long a cancelled task may take to stop (a PySpark driver: with its Spark application) before its TaskExecutor fails fatally and exits, freeing its slots; 0 waits for ever.")
 
 # Fault tolerance
 FAILOVER_STRATEGY = option(

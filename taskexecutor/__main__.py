@@ -1,6 +1,8 @@
 """The TaskExecutor process: `python -m taskexecutor --resource-manager HOST:PORT ...`.
 
-Exits 0 when stopped by SIGTERM, 1 when it could not register in time or failed.
+Exits 0 when stopped by SIGTERM, 1 when it could not register in time or failed, 3
+after a fatal error (a cancelled task that would not stop: TaskExecutor.fail_fatally),
+within FATAL_EXIT_DEADLINE even if closing its services hangs.
 Its scratch files live in its own folders of the scratch roots (flinkyarn/scratch.py),
 removed when it exits; its TMPDIR points into them.
 """
@@ -24,6 +26,9 @@ from taskexecutor.environment import NetworkConfig, TaskEnvironment
 from taskexecutor.task_executor import RegistrationTimeout, TaskExecutor, TaskExecutorConfig
 
 log = logging.getLogger("taskexecutor")
+
+FATAL_EXIT_CODE = 3
+FATAL_EXIT_DEADLINE = 10.0
 
 
 def build_environment(resource_id: str, conf: Configuration, security: ClusterSecurity,
@@ -62,7 +67,9 @@ def resource_manager_address(argument: str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def serve(args: argparse.Namespace, conf: Configuration, scratch: ProcessScratch) -> None:
+async def serve(args: argparse.Namespace, conf: Configuration,
+                scratch: ProcessScratch) -> str | None:
+    """Runs the TaskExecutor until it stops; its fatal error, if that is why."""
     # Its own certificate, naming the host it binds and advertises: its peers check it.
     security = ClusterSecurity.load(Path(args.security_dir)).for_host(
         conf.get(options.TASK_MANAGER_HOST), scratch.root / "security")
@@ -84,10 +91,23 @@ async def serve(args: argparse.Namespace, conf: Configuration, scratch: ProcessS
                      args.resource_id, address, environment.data_address,
                      executor.config.num_slots, sys.executable)
             await executor.run()
+            if executor.fatal_error is not None:
+                exit_at_the_latest(FATAL_EXIT_DEADLINE, FATAL_EXIT_CODE)
+            return executor.fatal_error
         finally:
             environment.close()
     finally:
         await rpc.stop(grace=0.5)
+
+
+def exit_at_the_latest(seconds: float, code: int) -> None:
+    """After a fatal error, threads of the task that caused it may hold up the close of
+    what they use: the process ends within `seconds` all the same."""
+    import threading
+
+    timer = threading.Timer(seconds, lambda: (logging.shutdown(), os._exit(code)))
+    timer.daemon = True
+    timer.start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent(args.die_with_parent)
     try:
         with process_scratch(conf, f"flinkyarn-{args.resource_id}-") as scratch:
-            asyncio.run(serve(args, conf, scratch))
+            if asyncio.run(serve(args, conf, scratch)) is not None:
+                return FATAL_EXIT_CODE
     except ExceptionGroup as group:
         timeouts = group.subgroup(RegistrationTimeout)
         if timeouts is None:

@@ -382,7 +382,8 @@ class PySparkDriver:
             raise PySparkScriptFailed(f"{cause}{spark_end}" + (f"\n{detail}" if detail else ""))
 
     def _grace(self) -> float:
-        return min(10.0, self.conf.get(options.TASK_CANCELLATION_TIMEOUT) / 2)
+        timeout = self.conf.get(options.TASK_CANCELLATION_TIMEOUT)
+        return min(10.0, timeout / 2) if timeout > 0 else 10.0
 
     def _wait(self, process: subprocess.Popen) -> int:
         """Waits for the driver; on cancel, ends its process group (TERM, then KILL).

@@ -8,6 +8,7 @@ context's `cancelled` event is set and `ctx.sleep` / `ctx.check_cancelled` raise
 
 from __future__ import annotations
 
+import sys
 import threading
 import traceback
 from typing import TYPE_CHECKING, Callable
@@ -120,6 +121,15 @@ class Task:
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def name(self) -> str:
+        return self._thread.name
+
+    def where(self, frames: int = 8) -> str:
+        """The innermost frames of the task's thread: where it is now."""
+        frame = sys._current_frames().get(self._thread.ident)
+        return "".join(traceback.format_stack(frame)[-frames:]) if frame else "(not running)"
 
     def _run(self) -> None:
         name = self._thread.name

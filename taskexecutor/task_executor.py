@@ -29,12 +29,14 @@ from flinkyarn import kerberos, options
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
-from flinkyarn.gateways.job_master import (JobMasterGateway, OfferSlots, OutputChunk,
+from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGateway,
+                                           OfferSlots, OutputChunk,
                                            PartitionLocation, ReportTaskOutput,
                                            RegisterTaskManager, RequestPartitionLocation,
                                            TaskState, UpdateTaskExecutionState,
                                            job_master_endpoint)
-from flinkyarn.gateways.resource_manager import (NotifySlotAvailable, RegisterTaskExecutor,
+from flinkyarn.gateways.resource_manager import (DisconnectTaskExecutor, NotifySlotAvailable,
+                                                 RegisterTaskExecutor,
                                                  RequestApplicationTokens, ResourceManagerGateway)
 from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot, CancelTask,
                                               DisconnectJobManager, DisconnectResourceManager,
@@ -58,6 +60,8 @@ log = logging.getLogger(__name__)
 
 # The AppMaster obtains them with a JVM of Hadoop's clients: seconds, more on a busy node.
 APPLICATION_TOKENS_TIMEOUT = 120.0
+# How often a cancelled task's thread is checked for its end.
+CANCELLATION_POLL = 0.1
 
 
 class RegistrationTimeout(Exception):
@@ -70,6 +74,8 @@ class TaskExecutorConfig:
     total: ResourceProfile
     heartbeat: HeartbeatConfig
     registration: RegistrationConfig
+    cancellation_interval: float = 30.0  # task.cancellation.interval
+    cancellation_timeout: float = 30.0  # task.cancellation.timeout; 0: none
 
     @property
     def slot_profile(self) -> ResourceProfile:
@@ -83,7 +89,9 @@ class TaskExecutorConfig:
             total=ResourceProfile(conf.get(options.TASK_MANAGER_CPU_CORES),
                                   conf.get(options.TASK_MANAGER_PROCESS_MEMORY) >> 20),
             heartbeat=HeartbeatConfig.from_configuration(conf),
-            registration=RegistrationConfig.from_configuration(conf))
+            registration=RegistrationConfig.from_configuration(conf),
+            cancellation_interval=conf.get(options.TASK_CANCELLATION_INTERVAL),
+            cancellation_timeout=conf.get(options.TASK_CANCELLATION_TIMEOUT))
 
 
 @dataclass
@@ -127,6 +135,8 @@ class TaskExecutor(RpcEndpoint):
         self._jm_heartbeats: HeartbeatManager = HeartbeatManager(
             resource_id, timeout, self._clock, on_timeout=self._job_manager_timed_out)
         self.registered = asyncio.Event()
+        self._cancellations: set[str] = set()  # attempts whose stop is being watched
+        self.fatal_error: str | None = None  # why this TaskExecutor failed and exits
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -383,7 +393,7 @@ class TaskExecutor(RpcEndpoint):
         for attempt_id in freed.tasks:
             task = self.tasks.get(attempt_id)
             if task is not None:
-                task.cancel()
+                self._cancel(task)
         log.info("slot %d freed (%s): %s", freed.index, allocation_id, cause)
         await self._notify_slot_available(freed.index, allocation_id)
 
@@ -413,8 +423,67 @@ class TaskExecutor(RpcEndpoint):
         connection = self.job_connections.get(task.deployment.job_id)
         check_fencing(connection.job_master_id if connection else None, request.job_master_id,
                       "JobMaster id")
-        task.cancel()
+        self._cancel(task)
         return ACK
+
+    def _cancel(self, task: Task) -> None:
+        """Cancels `task` and watches it stop (Flink's task canceler and its watchdog):
+        every task.cancellation.interval its thread's stack is logged and it is asked
+        again; after task.cancellation.timeout this TaskExecutor fails fatally, since
+        only its end frees the slot of a task that ignores cancellation."""
+        task.cancel()
+        if task.attempt_id in self._cancellations or self.stopping:
+            return
+        self._cancellations.add(task.attempt_id)
+        self.spawn(self._watch_cancellation(task), f"cancel-{task.attempt_id}")
+
+    async def _watch_cancellation(self, task: Task) -> None:
+        interval = self.config.cancellation_interval
+        timeout = self.config.cancellation_timeout
+        cancelled = self._clock.monotonic()
+        next_report = cancelled + interval
+        try:
+            while task.is_alive():
+                await asyncio.sleep(CANCELLATION_POLL)
+                now = self._clock.monotonic()
+                if 0 < timeout <= now - cancelled and task.is_alive():
+                    self.fail_fatally(
+                        f"task {task.name} did not stop within {timeout:g} s of its "
+                        f"cancellation (task.cancellation.timeout); it was at:\n"
+                        f"{task.where()}")
+                    return
+                if now >= next_report and task.is_alive():
+                    log.warning("task %s has not stopped %.0f s after its cancellation; "
+                                "it is at:\n%s", task.name, now - cancelled, task.where())
+                    task.cancel()
+                    next_report = now + interval
+        finally:
+            self._cancellations.discard(task.attempt_id)
+
+    def fail_fatally(self, cause: str) -> None:
+        """Flink's fatal error of a TaskExecutor: it tells its JobMasters and the
+        ResourceManager why it goes (they free its slots at once, not after a heartbeat
+        timeout), then stops; the process exits non-zero (on YARN its container ends and
+        the ResourceManager replaces it if slots are still needed)."""
+        if self.fatal_error is not None:
+            return
+        self.fatal_error = cause
+        log.error("fatal error, this TaskExecutor exits: %s", cause)
+        self.spawn(self._leave(f"TaskExecutor {self.resource_id} failed: {cause}"), "fatal-error")
+
+    async def _leave(self, cause: str) -> None:
+        calls = [connection.gateway.disconnect_task_manager(
+            DisconnectTaskManager(self.resource_id, cause))
+            for connection in self.job_connections.values()]
+        if self.rm_connection is not None:
+            calls.append(self._rm.disconnect_task_executor(
+                DisconnectTaskExecutor(self.resource_id, cause)))
+        results = await asyncio.gather(*(asyncio.wait_for(call, 5.0) for call in calls),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning("could not say goodbye: %s", result)
+        self.stop()
 
     def _partition_locator(self, connection: JobManagerConnection,
                            loop: asyncio.AbstractEventLoop):

@@ -98,6 +98,14 @@ def failing(message: str):
     return run
 
 
+def ignores_cancellation(folder: str | os.PathLike):
+    """User code that never looks at its context: a long blocking call."""
+    def run(ctx):
+        mark(folder, "started", ctx)
+        time.sleep(600)
+    return run
+
+
 N = 20_000
 
 

@@ -105,6 +105,35 @@ def test_cancel_stops_every_task_and_ends_canceled(cluster, folder):
     wait_for(lambda: slots_of_job(cluster.rest, job_id) == 0, 10, "the job's slots to be freed")
 
 
+def test_a_task_that_ignores_cancel_fails_its_task_executor_after_the_timeout(start_cluster,
+                                                                              folder):
+    """Flink's task.cancellation.interval/timeout: the stuck thread's stack is logged, then
+    its TaskExecutor exits, the job ends CANCELED and its slots are free for the next."""
+    cluster = start_cluster(**{"task.cancellation.interval": "500 ms",
+                               "task.cancellation.timeout": "3 s"})
+    job = JobBuilder("stuck")
+    job.add_vertex("sleeps", jobs.ignores_cancellation(folder), parallelism=1)
+    job_id = cluster.rest.submit(job.build())
+    wait_for(lambda: running_tasks(cluster.rest, job_id) == 1, 30, "the task running")
+    wait_for(lambda: jobs.markers(folder, "started"), 10, "the user code running")
+    [stuck] = [te.resource_id for te in cluster.rest.overview().task_executors
+               if any(s.job_id == job_id for s in te.slots)]
+    pid = task_executor_process(stuck)
+
+    cluster.rest.cancel(job_id)
+
+    assert finished(cluster.rest, job_id, timeout=30).status == "CANCELED"
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
+             open(f"/proc/{pid}/stat").read().split()[2] == "Z", 15, "the TaskExecutor to exit")
+    log = "".join(p.read_text() for p in cluster.taskexecutor_logs())
+    assert "has not stopped" in log and "invokable(context)" in log  # where the thread was
+    assert "fatal error, this TaskExecutor exits: task sleeps (1/1) #0 did not stop within 3 s" in log
+    assert stuck not in {te.resource_id for te in cluster.rest.overview().task_executors}
+    job = JobBuilder("next")
+    job.add_vertex("quick", jobs.quick(folder), parallelism=1)
+    assert finished(cluster.rest, cluster.rest.submit(job.build())).status == "FINISHED"
+
+
 def test_two_jobs_run_at_once(cluster, folder):
     ids = []
     for name in ("first", "second"):
