@@ -82,7 +82,10 @@ def _parse_float(text: str) -> float:
 
 
 def _parse_positive_float(text: str) -> float:
-    value = _parse_float(text)
+    return _positive(_parse_float(text))
+
+
+def _positive(value: float) -> float:
     if value <= 0:
         raise ValueError("not positive")
     return value
@@ -196,6 +199,11 @@ DURATION: OptionType[float] = OptionType(
     "Duration",
     "a duration such as '10 s', '500 ms', '2 min', '1 h' or '1 d' (a plain number is milliseconds)",
     parse_duration,
+)
+POSITIVE_DURATION: OptionType[float] = OptionType(
+    "Duration",
+    "a duration greater than 0 such as '10 s', '500 ms' or '2 min' (a plain number is milliseconds)",
+    lambda text: _positive(parse_duration(text)),
 )
 MEMORY_SIZE: OptionType[int] = OptionType(
     "MemorySize",

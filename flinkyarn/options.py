@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from flinkyarn.configuration import (
     BOOL,
     DURATION,
+    POSITIVE_DURATION,
     FRACTION,
     MEMORY_SIZE,
     POSITIVE_FLOAT,
@@ -212,7 +213,7 @@ PYSPARK_PYTHON = option(
     "pyspark.yarn.python", STRING, "",
     "The interpreter of Spark's executors on YARN, inside pyspark.yarn.python-archive (./NAME/bin/python); empty: the TaskExecutors' own (the client fills it in).")
 TASK_CANCELLATION_INTERVAL = option(
-    "task.cancellation.interval", DURATION, "30 s",
+    "task.cancellation.interval", POSITIVE_DURATION, "30 s",
     "How often a TaskExecutor logs where a cancelled task that has not stopped is (its thread's stack) and asks it again.")
 TASK_CANCELLATION_TIMEOUT = option(
     "task.cancellation.timeout", DURATION, "30 s",
@@ -344,3 +345,75 @@ class RegistrationConfig:
             timeout=conf.get(TASK_MANAGER_REGISTRATION_TIMEOUT),
             refused_delay=conf.get(REGISTRATION_REFUSED_DELAY),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RestartStrategyConfig:
+    """The restart-strategy.* options, read once; the AppMaster makes each job a fresh
+    strategy from it (yarn_am/jobmaster/restart_strategy.py). Durations in seconds.
+    Invariants (checked, naming the option): initial_backoff <= max_backoff,
+    backoff_multiplier >= 1."""
+
+    type: str = "none"
+    fixed_delay_attempts: int = 1
+    fixed_delay_delay: float = 1.0
+    initial_backoff: float = 1.0
+    max_backoff: float = 300.0
+    backoff_multiplier: float = 2.0
+    reset_backoff_threshold: float = 3600.0
+    max_failures_per_interval: int = 1
+    failure_rate_interval: float = 60.0
+    failure_rate_delay: float = 1.0
+
+    @property
+    def attempt_limit(self) -> int | None:
+        """How many restarts a job may have in all, where the strategy says (fixed-delay)."""
+        return self.fixed_delay_attempts if self.type == "fixed-delay" else None
+
+    def __post_init__(self) -> None:
+        if self.type not in ("none", "fixed-delay", "exponential-delay", "failure-rate"):
+            raise ConfigurationError(f"option {RESTART_STRATEGY.key!r}: unknown "
+                                     f"restart strategy {self.type!r}")
+        if self.initial_backoff <= 0:
+            raise ConfigurationError(
+                f"option {EXPONENTIAL_DELAY_INITIAL_BACKOFF.key!r} must be greater than 0")
+        if self.max_backoff < self.initial_backoff:
+            raise ConfigurationError(
+                f"option {EXPONENTIAL_DELAY_MAX_BACKOFF.key!r} ({self.max_backoff:g} s) "
+                f"must not be less than {EXPONENTIAL_DELAY_INITIAL_BACKOFF.key!r} "
+                f"({self.initial_backoff:g} s)")
+        if self.backoff_multiplier < 1:
+            raise ConfigurationError(
+                f"option {EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER.key!r} "
+                f"({self.backoff_multiplier:g}) must be at least 1")
+        if self.reset_backoff_threshold <= 0:
+            raise ConfigurationError(
+                f"option {EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD.key!r} must be "
+                "greater than 0")
+        if self.failure_rate_interval <= 0:
+            raise ConfigurationError(
+                f"option {FAILURE_RATE_INTERVAL.key!r} must be greater than 0")
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration) -> RestartStrategyConfig:
+        return cls(
+            type=conf.get(RESTART_STRATEGY),
+            fixed_delay_attempts=conf.get(FIXED_DELAY_ATTEMPTS),
+            fixed_delay_delay=conf.get(FIXED_DELAY_DELAY),
+            initial_backoff=conf.get(EXPONENTIAL_DELAY_INITIAL_BACKOFF),
+            max_backoff=conf.get(EXPONENTIAL_DELAY_MAX_BACKOFF),
+            backoff_multiplier=conf.get(EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER),
+            reset_backoff_threshold=conf.get(EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD),
+            max_failures_per_interval=conf.get(FAILURE_RATE_MAX_FAILURES_PER_INTERVAL),
+            failure_rate_interval=conf.get(FAILURE_RATE_INTERVAL),
+            failure_rate_delay=conf.get(FAILURE_RATE_DELAY),
+        )
+
+
+def check_cluster_options(conf: Configuration) -> None:
+    """Every rule that spans options of a cluster's configuration, checked as the
+    AppMaster and TaskExecutors will check them when they start; the client calls this
+    before it starts anything. Raises ConfigurationError naming the keys."""
+    HeartbeatConfig.from_configuration(conf)
+    RegistrationConfig.from_configuration(conf)
+    RestartStrategyConfig.from_configuration(conf)

@@ -45,7 +45,9 @@ def cli() -> None:
 
 def load_configuration(properties: tuple[str, ...]) -> Configuration:
     try:
-        return Configuration.load(overrides=parse_dynamic_properties(properties))
+        conf = Configuration.load(overrides=parse_dynamic_properties(properties))
+        options.check_cluster_options(conf)  # before anything starts, not in the AppMaster
+        return conf
     except ConfigurationError as error:
         raise click.UsageError(str(error)) from None
 

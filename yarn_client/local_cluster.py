@@ -26,6 +26,7 @@ from pathlib import Path
 
 import msgspec
 
+from flinkyarn import options
 from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.scratch import LOCAL_DIRS_ENV, TMPDIR_ENV
@@ -39,6 +40,7 @@ class ClusterStartError(RuntimeError):
 class LocalCluster:
     def __init__(self, conf: Configuration, work_dir: Path | None = None,
                  keep_work_dir: bool = False) -> None:
+        options.check_cluster_options(conf)  # ConfigurationError before anything is made
         self.conf = conf
         self._own_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="flinkyarn-local-"))

@@ -170,7 +170,9 @@ class YarnClusterDescriptor:
     def deploy(self, mode: str, graph: JobGraph | None = None) -> Deployment:
         """Submits a per-job (with `graph`) or session application and returns once its
         REST API answers. On any failure the application is killed and the error says
-        where to look."""
+        where to look. Raises ConfigurationError, before anything is started, for options
+        that the AppMaster or a TaskExecutor would refuse."""
+        options.check_cluster_options(self.conf)
         kerberos.client_login(self.conf)
         containers = self._containers()
         check_request(self.yarn.queue, containers)

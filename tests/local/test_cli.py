@@ -78,6 +78,32 @@ def test_usage_errors_exit_2_and_name_the_problem(tmp_path):
     assert target.returncode == 2 and "mars" in target.stderr
 
 
+
+CROSS_OPTION_ERRORS = [
+    # (the -D values, the keys the error must name)
+    (["heartbeat.interval=60 s"], ["heartbeat.interval", "heartbeat.timeout"]),
+    (["heartbeat.interval=0 ms"], ["heartbeat.interval"]),
+    (["cluster.registration.initial-timeout=10 s", "cluster.registration.max-timeout=1 s"],
+     ["cluster.registration.initial-timeout", "cluster.registration.max-timeout"]),
+    (["restart-strategy.exponential-delay.initial-backoff=10 min"],
+     ["restart-strategy.exponential-delay.initial-backoff",
+      "restart-strategy.exponential-delay.max-backoff"]),
+    (["task.cancellation.interval=0 s"], ["task.cancellation.interval"]),
+]
+
+
+def test_options_that_contradict_each_other_are_refused_before_anything_starts(tmp_path):
+    """Rules spanning options are the client's to check: exit 2 naming the keys, no
+    AppMaster started (it used to crash on them with a traceback), nothing on disk."""
+    for values, keys in CROSS_OPTION_ERRORS:
+        flags = [part for value in values for part in ("-D", value)]
+        result = run_cli("run", "-t", "local", *flags, "examples/two_stage_job.py", tmp_path=tmp_path)
+        assert result.returncode == 2, (values, result.stderr)
+        assert all(key in result.stderr for key in keys), (values, result.stderr)
+        assert "Traceback" not in result.stderr and "starting" not in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert processes_mentioning(str(tmp_path)) == []
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
                          ids=lambda signum: signal.Signals(signum).name)
 def test_a_client_ended_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, signum):

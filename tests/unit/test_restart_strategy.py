@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from flinkyarn.configuration import Configuration, ConfigurationError
+from flinkyarn.options import RestartStrategyConfig
 from yarn_am.jobmaster.restart_strategy import (ExponentialDelayRestartBackoffTimeStrategy,
                                                 FailureRateRestartBackoffTimeStrategy,
                                                 FixedDelayRestartBackoffTimeStrategy,
-                                                NoRestartBackoffTimeStrategy,
-                                                RestartStrategyConfig, from_configuration)
+                                                NoRestartBackoffTimeStrategy, create,
+                                                from_configuration)
 
 
 def decisions(strategy, failure_times) -> list[tuple[bool, float]]:
@@ -113,12 +114,12 @@ def test_configured_values_reach_the_strategy():
 
 def test_each_job_gets_a_strategy_without_history():
     config = RestartStrategyConfig(type="fixed-delay", fixed_delay_attempts=1)
-    first = config.create()
+    first = create(config)
     first.notify_failure(0.0)
     first.notify_failure(1.0)
 
     assert not first.can_restart()
-    second = config.create()
+    second = create(config)
     second.notify_failure(2.0)
     assert second.can_restart()
 

@@ -40,7 +40,7 @@ from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.ids import JobMasterId, ResourceID, ResourceManagerId, new_id
 from flinkyarn.jobgraph import JobGraph
-from flinkyarn.options import HeartbeatConfig, RegistrationConfig
+from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import RemoteError, RpcError, Unreachable
 from flinkyarn.rpc.service import RpcService
@@ -49,7 +49,7 @@ from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState, JobStatus, SlotInfo
-from yarn_am.jobmaster.restart_strategy import RestartStrategyConfig
+from yarn_am.jobmaster import restart_strategy
 from yarn_am.jobmaster.scheduler import Scheduler
 from yarn_am.jobmaster.slot_pool import SlotPool, SlotRequestId
 
@@ -108,7 +108,7 @@ class JobMaster(RpcEndpoint):
         # serve this job, e.g. restart-individual for a job with exchanges.
         self.scheduler = Scheduler(ExecutionGraph(job_graph),
                                    failover_strategy.create(config.failover_strategy),
-                                   config.restart_strategy.create())
+                                   restart_strategy.create(config.restart_strategy))
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
         self._rm: ResourceManagerGateway = rpc.connect(resource_manager_address, "resourcemanager",
                                                        ResourceManagerGateway)

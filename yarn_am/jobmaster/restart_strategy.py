@@ -13,23 +13,22 @@ test walks a strategy through a failure history with plain numbers.
     failure-rate       restart while at most `max_failures_per_interval` failures fall in
                        any `interval`, each after `delay`
 
-Build one from the configuration with `from_configuration(conf)` (through the frozen
-RestartStrategyConfig, which checks the options once and names a bad one).
+Build one from the configuration with `from_configuration(conf)`, or from a checked
+`flinkyarn.options.RestartStrategyConfig` with `create(config)`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Protocol
 
-from flinkyarn import options
-from flinkyarn.configuration import Configuration, ConfigurationError
+from flinkyarn.configuration import Configuration
+from flinkyarn.options import RestartStrategyConfig
 
 __all__ = ["ExponentialDelayRestartBackoffTimeStrategy",
            "FailureRateRestartBackoffTimeStrategy", "FixedDelayRestartBackoffTimeStrategy",
            "NoRestartBackoffTimeStrategy", "RestartBackoffTimeStrategy",
-           "RestartStrategyConfig", "from_configuration"]
+           "create", "from_configuration"]
 
 
 class RestartBackoffTimeStrategy(Protocol):
@@ -175,84 +174,23 @@ class FailureRateRestartBackoffTimeStrategy:
                 f"delay={self.delay:g})")
 
 
-@dataclass(frozen=True, slots=True)
-class RestartStrategyConfig:
-    """The restart-strategy.* options, read once; `create()` makes a fresh strategy for
-    one job (strategies keep per-job failure history, so never share one). Durations in
-    seconds. Invariants (checked, naming the option): initial_backoff <= max_backoff,
-    backoff_multiplier >= 1."""
-
-    type: str = "none"
-    fixed_delay_attempts: int = 1
-    fixed_delay_delay: float = 1.0
-    initial_backoff: float = 1.0
-    max_backoff: float = 300.0
-    backoff_multiplier: float = 2.0
-    reset_backoff_threshold: float = 3600.0
-    max_failures_per_interval: int = 1
-    failure_rate_interval: float = 60.0
-    failure_rate_delay: float = 1.0
-
-    @property
-    def attempt_limit(self) -> int | None:
-        """How many restarts a job may have in all, where the strategy says (fixed-delay)."""
-        return self.fixed_delay_attempts if self.type == "fixed-delay" else None
-
-    def __post_init__(self) -> None:
-        if self.type not in ("none", "fixed-delay", "exponential-delay", "failure-rate"):
-            raise ConfigurationError(f"option {options.RESTART_STRATEGY.key!r}: unknown "
-                                     f"restart strategy {self.type!r}")
-        if self.initial_backoff <= 0:
-            raise ConfigurationError(
-                f"option {options.EXPONENTIAL_DELAY_INITIAL_BACKOFF.key!r} must be greater than 0")
-        if self.max_backoff < self.initial_backoff:
-            raise ConfigurationError(
-                f"option {options.EXPONENTIAL_DELAY_MAX_BACKOFF.key!r} ({self.max_backoff:g} s) "
-                f"must not be less than {options.EXPONENTIAL_DELAY_INITIAL_BACKOFF.key!r} "
-                f"({self.initial_backoff:g} s)")
-        if self.backoff_multiplier < 1:
-            raise ConfigurationError(
-                f"option {options.EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER.key!r} "
-                f"({self.backoff_multiplier:g}) must be at least 1")
-        if self.reset_backoff_threshold <= 0:
-            raise ConfigurationError(
-                f"option {options.EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD.key!r} must be "
-                "greater than 0")
-        if self.failure_rate_interval <= 0:
-            raise ConfigurationError(
-                f"option {options.FAILURE_RATE_INTERVAL.key!r} must be greater than 0")
-
-    @classmethod
-    def from_configuration(cls, conf: Configuration) -> RestartStrategyConfig:
-        return cls(
-            type=conf.get(options.RESTART_STRATEGY),
-            fixed_delay_attempts=conf.get(options.FIXED_DELAY_ATTEMPTS),
-            fixed_delay_delay=conf.get(options.FIXED_DELAY_DELAY),
-            initial_backoff=conf.get(options.EXPONENTIAL_DELAY_INITIAL_BACKOFF),
-            max_backoff=conf.get(options.EXPONENTIAL_DELAY_MAX_BACKOFF),
-            backoff_multiplier=conf.get(options.EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER),
-            reset_backoff_threshold=conf.get(options.EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD),
-            max_failures_per_interval=conf.get(options.FAILURE_RATE_MAX_FAILURES_PER_INTERVAL),
-            failure_rate_interval=conf.get(options.FAILURE_RATE_INTERVAL),
-            failure_rate_delay=conf.get(options.FAILURE_RATE_DELAY),
-        )
-
-    def create(self) -> RestartBackoffTimeStrategy:
-        """A new strategy of `type`, with no failure history."""
-        if self.type == "fixed-delay":
-            return FixedDelayRestartBackoffTimeStrategy(self.fixed_delay_attempts,
-                                                        self.fixed_delay_delay)
-        if self.type == "exponential-delay":
-            return ExponentialDelayRestartBackoffTimeStrategy(
-                self.initial_backoff, self.max_backoff, self.backoff_multiplier,
-                self.reset_backoff_threshold)
-        if self.type == "failure-rate":
-            return FailureRateRestartBackoffTimeStrategy(
-                self.max_failures_per_interval, self.failure_rate_interval,
-                self.failure_rate_delay)
-        return NoRestartBackoffTimeStrategy()
+def create(config: RestartStrategyConfig) -> RestartBackoffTimeStrategy:
+    """A new strategy of `config.type`, with no failure history (strategies keep per-job
+    failure history, so never share one)."""
+    if config.type == "fixed-delay":
+        return FixedDelayRestartBackoffTimeStrategy(config.fixed_delay_attempts,
+                                                    config.fixed_delay_delay)
+    if config.type == "exponential-delay":
+        return ExponentialDelayRestartBackoffTimeStrategy(
+            config.initial_backoff, config.max_backoff, config.backoff_multiplier,
+            config.reset_backoff_threshold)
+    if config.type == "failure-rate":
+        return FailureRateRestartBackoffTimeStrategy(
+            config.max_failures_per_interval, config.failure_rate_interval,
+            config.failure_rate_delay)
+    return NoRestartBackoffTimeStrategy()
 
 
 def from_configuration(conf: Configuration) -> RestartBackoffTimeStrategy:
     """A fresh strategy for one job, as restart-strategy.type and its options say."""
-    return RestartStrategyConfig.from_configuration(conf).create()
+    return create(RestartStrategyConfig.from_configuration(conf))
