@@ -24,6 +24,7 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
                                            VertexDetails)
 from flinkyarn.ids import JobID
 from flinkyarn.rpc.endpoint import RpcEndpoint
+from flinkyarn.rpc.errors import NotFound
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
 from yarn_am.jobmaster.job_output import JobOutput
@@ -32,8 +33,8 @@ from yarn_am.resourcemanager.resource_manager import ResourceManager
 log = logging.getLogger(__name__)
 
 
-class UnknownJob(KeyError):
-    pass
+class UnknownJob(NotFound):
+    """No job of that id in this cluster: REST answers 404, gRPC NOT_FOUND."""
 
 
 @dataclass

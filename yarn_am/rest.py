@@ -11,7 +11,7 @@
 
 Served over HTTPS that requires the cluster's client certificate. Errors are JSON
 `{"error": "..."}` with 400 (bad request, nothing changed), 404 (unknown job), 413
-(body over rpc.max-message-size).
+(body over rpc.max-message-size), 415 (a submission that is not MessagePack).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from flinkyarn.rpc.security import ClusterSecurity
 from yarn_am.dispatcher import Dispatcher, UnknownJob
 
 log = logging.getLogger(__name__)
+
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 
 
 def _json(message: object, status: int = 200) -> web.Response:
@@ -93,6 +95,9 @@ class RestServer:
         return _json(await self._dispatcher.list_jobs(ACK))
 
     async def submit_job(self, request: web.Request) -> web.Response:
+        if request.content_type not in MSGPACK_TYPES:
+            return _error(415, f"POST /jobs takes a SubmitJob as MessagePack (Content-Type: "
+                               f"{MSGPACK_TYPES[0]}), not {request.content_type!r}")
         body = await request.read()
         submission = codec.decode(body, SubmitJob)
         return _json(await self._dispatcher.submit_job(submission), 202)

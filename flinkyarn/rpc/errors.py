@@ -26,6 +26,10 @@ class UnknownEndpoint(RpcError):
     """No endpoint (or no such method) of that name on the server."""
 
 
+class NotFound(RpcError):
+    """The call named something the endpoint does not have (a job, say); nothing changed."""
+
+
 class Unreachable(RpcError):
     """The server could not be reached (down, frozen, wrong address, or TLS refused)."""
 
@@ -43,15 +47,25 @@ _BY_STATUS = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: MessageTooLarge,
     grpc.StatusCode.FAILED_PRECONDITION: StaleCall,
     grpc.StatusCode.UNIMPLEMENTED: UnknownEndpoint,
+    grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.UNAVAILABLE: Unreachable,
     grpc.StatusCode.DEADLINE_EXCEEDED: CallTimeout,
 }
 
-STATUS_OF = {
+_STATUS_OF = {
     MalformedMessage: grpc.StatusCode.INVALID_ARGUMENT,
     StaleCall: grpc.StatusCode.FAILED_PRECONDITION,
     UnknownEndpoint: grpc.StatusCode.UNIMPLEMENTED,
+    NotFound: grpc.StatusCode.NOT_FOUND,
 }
+
+
+def status_of(error: RpcError) -> grpc.StatusCode:
+    """The status a refused call answers with, for `error` or a subclass of its kind."""
+    for kind in type(error).__mro__:
+        if kind in _STATUS_OF:
+            return _STATUS_OF[kind]
+    return grpc.StatusCode.INTERNAL
 
 
 def from_grpc(error: grpc.aio.AioRpcError, target: str) -> RpcError:

@@ -22,8 +22,8 @@ import grpc
 import grpc.aio
 
 from flinkyarn.rpc import codec
-from flinkyarn.rpc.errors import (STATUS_OF, MalformedMessage, RpcError, StaleCall,
-                                  UnknownEndpoint, from_grpc)
+from flinkyarn.rpc.errors import (MalformedMessage, NotFound, RpcError, StaleCall,
+                                  UnknownEndpoint, from_grpc, status_of)
 from flinkyarn.rpc.security import ClusterSecurity
 
 log = logging.getLogger(__name__)
@@ -176,9 +176,10 @@ class RpcService:
             message = codec.decode(request, method.request_type)
             result = await getattr(endpoint, method_name)(message)
             return codec.encode(result)
-        except (MalformedMessage, StaleCall, UnknownEndpoint) as error:
+        except (MalformedMessage, StaleCall, UnknownEndpoint, NotFound) as error:
+            # The caller's mistake, not ours: its status code, no traceback.
             log.info("refused %s.%s: %s", endpoint_name, method_name, error)
-            await context.abort(STATUS_OF[type(error)], str(error))
+            await context.abort(status_of(error), str(error))
         except RpcError as error:
             # A call this endpoint made failed; the caller sees it as our error.
             await context.abort(grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")

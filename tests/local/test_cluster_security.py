@@ -18,12 +18,13 @@ import grpc
 import pytest
 from cryptography import x509
 
+from flinkyarn.gateways.dispatcher import DispatcherGateway, JobQuery
 from flinkyarn.gateways.resource_manager import RegisterTaskExecutor, ResourceManagerGateway
 from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc import codec
-from flinkyarn.rpc.errors import Unreachable
+from flinkyarn.rpc.errors import NotFound, Unreachable
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
@@ -119,6 +120,10 @@ def test_garbled_and_invalid_submissions_are_refused_and_change_nothing(cluster)
     with pytest.raises(RestError, match="malformed SubmitJob") as error:
         rest._request("POST", "/jobs", b"\x93\xff garbage", "application/msgpack")
     assert error.value.status == 400
+    for content_type in ("application/json", "application/octet-stream", ""):
+        with pytest.raises(RestError, match="MessagePack") as error:
+            rest._request("POST", "/jobs", b'{"graph": {}}', content_type)
+        assert error.value.status == 415, content_type
 
     cyclic = JobGraph(new_id(), "cycle", [JobVertex("a", "a", 1, b""), JobVertex("b", "b", 1, b"")],
                       [JobEdge("a", "b"), JobEdge("b", "a")])
@@ -149,6 +154,26 @@ def test_garbled_control_plane_message_is_refused_and_changes_nothing(cluster):
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "malformed RegisterTaskExecutor" in error.details()
     assert cluster.rest.overview().task_executors == []
+
+
+def test_an_unknown_job_over_grpc_is_not_found_without_a_traceback(cluster):
+    async def ask():
+        rpc = RpcService(cluster.security)
+        try:
+            dispatcher = rpc.connect(cluster.rpc_address, "dispatcher", DispatcherGateway)
+            with pytest.raises(NotFound, match="no job nope in this cluster"):
+                await dispatcher.job_details(JobQuery("nope"))
+            call = rpc.channel(cluster.rpc_address).unary_unary("/dispatcher/cancel_job")
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await call(codec.encode(JobQuery("nope")), timeout=5)
+            return error.value
+        finally:
+            await rpc.stop()
+
+    error = asyncio.run(ask())
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    log = cluster.log_file.read_text()
+    assert "no job nope" in log and "Traceback" not in log, log[-3000:]
 
 
 def test_oversized_submission_is_refused(start_cluster):
