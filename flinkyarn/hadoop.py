@@ -145,6 +145,24 @@ def rm_request(path: str, method: str = "GET", body: dict | None = None,
     return json.loads(data) if data else {}
 
 
+def leaf_queues(scheduler: dict) -> dict[str, dict]:
+    """The leaf queues of the ResourceManager's schedulerInfo (/ws/v1/cluster/scheduler),
+    by name and by path; none for a scheduler without queues (FIFO)."""
+    out: dict[str, dict] = {}
+
+    def visit(queue: dict) -> None:
+        children = (queue.get("queues") or {}).get("queue") or []
+        if not children:
+            out[queue["queueName"]] = queue
+            out[queue.get("queuePath", queue["queueName"])] = queue
+        for child in children:
+            visit(child)
+
+    if "queues" in scheduler:
+        visit(scheduler)
+    return out
+
+
 def applications_tagged(tag: str) -> list[dict]:
     """The YARN applications that carry `tag` (YARN keeps tags in lower case)."""
     found = rm_request(f"/ws/v1/cluster/apps?applicationTags={tag.lower()}")

@@ -58,6 +58,10 @@ class JobVertex(msgspec.Struct, frozen=True):
     operators: list[ChainedOperator] = []
 
 
+class InvalidJobGraph(ValueError):
+    """A job graph no cluster should take; the message names what is wrong."""
+
+
 class JobEdge(msgspec.Struct, frozen=True):
     source: JobVertexID
     target: JobVertexID
@@ -83,21 +87,21 @@ class JobGraph(msgspec.Struct, frozen=True):
     def validate(self) -> None:
         """Raises ValueError naming what is wrong: the JobMaster never sees a bad graph."""
         if not self.vertices:
-            raise ValueError(f"job {self.name!r} has no vertices")
+            raise InvalidJobGraph(f"job {self.name!r} has no vertices")
         ids = set()
         for vertex in self.vertices:
             if vertex.id in ids:
-                raise ValueError(f"job {self.name!r}: duplicate vertex id {vertex.id}")
+                raise InvalidJobGraph(f"job {self.name!r}: duplicate vertex id {vertex.id}")
             ids.add(vertex.id)
             if vertex.parallelism < 1:
-                raise ValueError(f"vertex {vertex.name!r}: parallelism must be >= 1, "
+                raise InvalidJobGraph(f"vertex {vertex.name!r}: parallelism must be >= 1, "
                                  f"not {vertex.parallelism}")
         for edge in self.edges:
             for end in (edge.source, edge.target):
                 if end not in ids:
-                    raise ValueError(f"job {self.name!r}: edge refers to unknown vertex {end}")
+                    raise InvalidJobGraph(f"job {self.name!r}: edge refers to unknown vertex {end}")
             if edge.source == edge.target:
-                raise ValueError(f"job {self.name!r}: vertex {edge.source} feeds itself")
+                raise InvalidJobGraph(f"job {self.name!r}: vertex {edge.source} feeds itself")
         self.topological_order()  # raises on a cycle
 
     def vertex(self, vertex_id: JobVertexID) -> JobVertex:
@@ -121,5 +125,5 @@ class JobGraph(msgspec.Struct, frozen=True):
                     if incoming[edge.target] == 0:
                         ready.append(self.vertex(edge.target))
         if len(order) != len(self.vertices):
-            raise ValueError(f"job {self.name!r} has a cycle")
+            raise InvalidJobGraph(f"job {self.name!r} has a cycle")
         return order

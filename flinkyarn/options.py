@@ -27,6 +27,7 @@ from flinkyarn.configuration import (
     integer,
     option,
 )
+from flinkyarn.jobgraph import InvalidJobGraph, JobGraph
 
 PORT = integer(0, 65535)
 
@@ -124,6 +125,11 @@ PARTITION_REQUEST_TIMEOUT = option(
 IO_TMP_DIRS = option(
     "io.tmp.dirs", STRING, "",
     "Comma-separated folders for scratch files (spilled blocking partitions, tasks' scratch folders, Spark's local dirs and temporary files); empty: the container's LOCAL_DIRS on YARN, else the temporary folder (TMPDIR).")
+MAX_PARALLELISM_UPPER_BOUND = 32768  # Flink's: a job's key groups are numbered in 15 bits
+PIPELINE_MAX_PARALLELISM = option(
+    "pipeline.max-parallelism", integer(-1, MAX_PARALLELISM_UPPER_BOUND), "-1",
+    f"The largest parallelism a vertex of a job may have, checked when the job is submitted; "
+    f"-1: {MAX_PARALLELISM_UPPER_BOUND}, the upper bound.")
 PIPELINE_BATCH_SIZE = option(
     "pipeline.batch-size", integer(1), "65536",
     "Most rows per Arrow record batch that sources and operators emit.")
@@ -255,13 +261,15 @@ FAILURE_RATE_DELAY = option(
     "failure-rate: pause between a failure and the restart it causes.")
 
 
-JOB_OPTIONS = "jobmanager.execution.failover-strategy and restart-strategy.*"
+JOB_OPTIONS = ("jobmanager.execution.failover-strategy, pipeline.max-parallelism and "
+               "restart-strategy.*")
 
 
 def is_job_option(key: str) -> bool:
     """Whether a job may set `key` for itself (Flink's job-level fault-tolerance
     settings); everything else belongs to the cluster."""
-    return key == FAILOVER_STRATEGY.key or key.startswith("restart-strategy.")
+    return key in (FAILOVER_STRATEGY.key, PIPELINE_MAX_PARALLELISM.key) or key.startswith(
+        "restart-strategy.")
 
 
 def is_client_option(key: str) -> bool:
@@ -417,3 +425,27 @@ def check_cluster_options(conf: Configuration) -> None:
     HeartbeatConfig.from_configuration(conf)
     RegistrationConfig.from_configuration(conf)
     RestartStrategyConfig.from_configuration(conf)
+    max_parallelism(conf)
+
+
+def max_parallelism(conf: Configuration) -> int:
+    """pipeline.max-parallelism, -1 resolved; ConfigurationError for 0."""
+    most = conf.get(PIPELINE_MAX_PARALLELISM)
+    if most == 0:
+        raise ConfigurationError(f"option {PIPELINE_MAX_PARALLELISM.key!r} must be -1 or at "
+                                 f"least 1, not 0")
+    return MAX_PARALLELISM_UPPER_BOUND if most == -1 else most
+
+
+def check_job_graph(graph: JobGraph, cluster: Configuration) -> None:
+    """The checks a job graph gets at submit, by the client before it starts anything and
+    by the Dispatcher: well-formed, each vertex's parallelism within the job's
+    pipeline.max-parallelism. Raises InvalidJobGraph (ConfigurationError for a bad job
+    setting) naming what is wrong."""
+    most = max_parallelism(job_configuration(cluster, graph.configuration))
+    graph.validate()
+    for vertex in graph.vertices:
+        if vertex.parallelism > most:
+            raise InvalidJobGraph(f"vertex {vertex.name!r}: parallelism {vertex.parallelism} is "
+                                  f"above the maximum parallelism {most} "
+                                  f"({PIPELINE_MAX_PARALLELISM.key})")

@@ -23,11 +23,13 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
                                            SlotView, SubmitJob, TaskExecutorView, TokenStatus,
                                            VertexDetails)
 from flinkyarn.ids import JobID
+from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import NotFound
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
 from yarn_am.jobmaster.job_output import JobOutput
+from yarn_am.jobmaster.scheduler import slots_at_once_from
 from yarn_am.resourcemanager.resource_manager import ResourceManager
 
 log = logging.getLogger(__name__)
@@ -67,17 +69,30 @@ class Dispatcher(RpcEndpoint):
 
     async def submit_job(self, request: SubmitJob) -> JobSubmitted:
         graph = request.job_graph
-        graph.validate()
+        options.check_job_graph(graph, self._conf)
         if graph.job_id in self.jobs:
             raise ValueError(f"job {graph.job_id} was already submitted")
         config = JobMasterConfig.from_configuration(
             options.job_configuration(self._conf, graph.configuration))
+        capacity, bound = await self._resource_manager.slot_capacity()
+        # From the graph first: a job far too wide is refused before it costs memory.
+        self._check_capacity(graph, slots_at_once_from(graph), capacity, bound)
         job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
                                on_terminated=self._job_terminated)
+        self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
+        if graph.job_id in self.jobs:  # submitted again while we asked
+            raise ValueError(f"job {graph.job_id} was already submitted")
         self.jobs[graph.job_id] = JobRecord(job_master, job_master.output)
         self.spawn(job_master.run(), f"jobmaster-{graph.job_id}")
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
         return JobSubmitted(graph.job_id)
+
+    @staticmethod
+    def _check_capacity(graph: JobGraph, needed: int, capacity: int, bound: str) -> None:
+        if needed > capacity:
+            raise ValueError(f"job {graph.name!r} needs {needed} slots at once (its largest "
+                             f"pipelined region), more than this cluster can ever offer: "
+                             f"{capacity} ({bound})")
 
     def _job_terminated(self, result: JobResult) -> None:
         record = self.jobs[result.job_id]

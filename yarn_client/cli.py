@@ -21,7 +21,7 @@ from flinkyarn import kerberos, options
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
 from flinkyarn.hadoop import HadoopConfigError
-from flinkyarn.jobgraph import JobGraph
+from flinkyarn.jobgraph import InvalidJobGraph, JobGraph
 from yarn_client import yarn_cluster
 from yarn_client.executors import ClusterExecutor
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
@@ -61,6 +61,7 @@ class LocalTargetExecutor:
         self._executor: ClusterExecutor | None = None
 
     def execute(self, graph: JobGraph) -> JobResult:
+        options.check_job_graph(graph, self.cluster.conf)  # before a cluster is started
         if self._executor is None:
             click.echo("starting a local cluster ...", err=True)
             self._executor = ClusterExecutor(self.cluster.start())
@@ -330,7 +331,7 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except (ClusterStartError, YarnDeploymentError, RestError, ShippingError,
-            HadoopConfigError) as error:
+            HadoopConfigError, InvalidJobGraph, ConfigurationError) as error:
         click.echo(f"error: {error}", err=True)
         code = 1
     except Exception:

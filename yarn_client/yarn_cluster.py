@@ -94,21 +94,11 @@ def application_report(app_id: str) -> dict:
     return rm_get(f"/ws/v1/cluster/apps/{app_id}")["app"]
 
 
-def _leaf_queues(queue: dict, out: dict) -> dict:
-    children = (queue.get("queues") or {}).get("queue") or []
-    if not children:
-        out[queue["queueName"]] = queue
-        out[queue.get("queuePath", queue["queueName"])] = queue
-    for child in children:
-        _leaf_queues(child, out)
-    return out
-
-
 def check_request(queue: str, containers: dict[str, tuple[int, int, str]]) -> None:
     """Refuses what YARN could never satisfy: an unknown queue, or a container (memory
     MiB, vcores, the option that sized it) over the queue's maximum allocation."""
     scheduler = rm_get("/ws/v1/cluster/scheduler")["scheduler"]["schedulerInfo"]
-    queues = _leaf_queues(scheduler, {}) if "queues" in scheduler else {}
+    queues = hadoop.leaf_queues(scheduler)
     if queues and queue not in queues:
         raise YarnDeploymentError(f"unknown YARN queue {queue!r} (option "
                                   f"{options.YARN_APPLICATION_QUEUE.key}); leaf queues: "
@@ -171,8 +161,11 @@ class YarnClusterDescriptor:
         """Submits a per-job (with `graph`) or session application and returns once its
         REST API answers. On any failure the application is killed and the error says
         where to look. Raises ConfigurationError, before anything is started, for options
-        that the AppMaster or a TaskExecutor would refuse."""
+        that the AppMaster or a TaskExecutor would refuse, and InvalidJobGraph for a graph
+        the Dispatcher would."""
         options.check_cluster_options(self.conf)
+        if graph is not None:
+            options.check_job_graph(graph, self.conf)
         kerberos.client_login(self.conf)
         containers = self._containers()
         check_request(self.yarn.queue, containers)

@@ -8,11 +8,14 @@ import os
 import signal
 import time
 
+import pytest
+
 from flinkyarn.gateways.resource_manager import DisconnectTaskExecutor, ResourceManagerGateway
 from flinkyarn.job import JobBuilder
 from flinkyarn.rpc.service import RpcService
 from tests.local import jobs
 from tests.local.conftest import task_executor_process, wait_for
+from yarn_client.rest_client import RestError
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 
@@ -260,3 +263,39 @@ def test_task_executor_that_loses_only_its_resource_manager_registers_again_and_
     assert jobs.markers(folder, "started") == {"waits-0-0"}
     assert jobs.markers(folder, "finished") == {"waits-0-0"}
     wait_for(lambda: slots_of_job(cluster.rest, job_id) == 0, 10, "the job's slot freed")
+
+
+def test_a_job_the_cluster_can_never_run_is_refused_at_submit(cluster):
+    """Too wide for pipeline.max-parallelism, or a pipelined region needing more slots
+    than the ResourceManager may ever start: refused naming the bound, nothing started."""
+    def noop(ctx):
+        pass
+
+    def wide(parallelism: int):
+        job = JobBuilder("wide")
+        job.connect(job.add_vertex("src", noop, parallelism=parallelism),
+                    job.add_vertex("sink", noop, parallelism=parallelism))
+        return job.build()
+
+    with pytest.raises(RestError, match=r"'src': parallelism 40000 is above the maximum "
+                                        r"parallelism 32768 \(pipeline.max-parallelism\)"):
+        cluster.rest.submit(wide(40000))
+    with pytest.raises(RestError, match=(
+            r"job 'wide' needs 17 slots at once \(its largest pipelined region\), more than this "
+            r"cluster can ever offer: 16 \(8 TaskExecutors of 2 slots "
+            r"\(taskmanager.numberOfTaskSlots\); resourcemanager.local.max-taskmanagers = 8\)")):
+        cluster.rest.submit(wide(17))
+    assert cluster.rest.jobs().jobs == []
+    assert cluster.rest.overview().task_executors == []
+
+
+def test_a_job_of_many_more_subtasks_than_slots_runs_through_them(cluster, folder):
+    """1500 one-subtask regions on 16 slots: the JobMaster's slot requests go out a few
+    at a time (all at once, gRPC cancelled them and the job failed)."""
+    job = JobBuilder("many", schedule_mode="lazy_from_sources")
+    job.add_vertex("a", jobs.quick(folder), parallelism=1500)
+
+    details = finished(cluster.rest, cluster.rest.submit(job.build()), timeout=180)
+
+    assert details.status == "FINISHED", details.failure_cause
+    assert len(jobs.markers(folder, "finished")) == 1500

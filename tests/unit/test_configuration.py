@@ -22,6 +22,8 @@ from flinkyarn.configuration import (
     parse_memory_size,
     registered_options,
 )
+from flinkyarn.ids import JobID, JobVertexID
+from flinkyarn.jobgraph import InvalidJobGraph, JobGraph, JobVertex
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -324,3 +326,20 @@ def test_registration_config_rejects_a_max_backoff_below_the_initial_one():
                                    "cluster.registration.max-timeout": "30 s"})
     with pytest.raises(ConfigurationError, match="'cluster.registration.max-timeout'"):
         RegistrationConfig.from_configuration(conf)
+
+
+def test_a_vertex_above_the_max_parallelism_is_refused_naming_the_option():
+    def job(parallelism: int, **settings: str) -> JobGraph:
+        return JobGraph(JobID("job"), "wide", [JobVertex(JobVertexID("a"), "src", parallelism, b"")],
+                        configuration=settings)
+
+    with pytest.raises(InvalidJobGraph, match=r"'src': parallelism 40000 is above the maximum "
+                                              r"parallelism 32768 \(pipeline.max-parallelism\)"):
+        options.check_job_graph(job(40000), Configuration())
+    options.check_job_graph(job(32768), Configuration())
+    with pytest.raises(InvalidJobGraph, match="maximum parallelism 8 "):
+        options.check_job_graph(job(10, **{"pipeline.max-parallelism": "8"}), Configuration())
+    with pytest.raises(InvalidJobGraph, match="maximum parallelism 4 "):
+        options.check_job_graph(job(10), Configuration.from_raw({"pipeline.max-parallelism": "4"}))
+    with pytest.raises(ConfigurationError, match="'pipeline.max-parallelism' must be -1 or at least 1"):
+        options.check_job_graph(job(1, **{"pipeline.max-parallelism": "0"}), Configuration())

@@ -8,7 +8,8 @@ import pytest
 
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID, JobID,
                            JobVertexID, ResourceID)
-from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex, ResultPartitionType, ScheduleMode
+from flinkyarn.jobgraph import (DistributionPattern, JobEdge, JobGraph, JobVertex,
+                               ResultPartitionType, ScheduleMode)
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 from yarn_am.jobmaster.execution_graph import (ExecutionGraph, ExecutionState,
                                                IllegalStateTransition, JobStatus)
@@ -16,7 +17,7 @@ from yarn_am.jobmaster.restart_strategy import FixedDelayRestartBackoffTimeStrat
 from yarn_am.jobmaster.scheduler import (CancelSlotRequest, CancelTask, DeployTask,
                                          JobTerminated, ReleaseSlot, RequestSlot,
                                          ScheduleRestart, Scheduler, SlotInfo,
-                                         TaskDeploymentDescriptor)
+                                         TaskDeploymentDescriptor, slots_at_once_from)
 
 S = ExecutionState
 BLOCKING = ResultPartitionType.BLOCKING
@@ -803,3 +804,31 @@ def test_one_slot_loss_is_one_failure():
     assert c.s.restarts == 1 and len(of(out, ScheduleRestart)) == 1
     assert c.s.job_status is JobStatus.RUNNING
     assert "te-0 lost" in c.s.root_cause
+
+
+POINTWISE = DistributionPattern.POINTWISE
+
+
+@pytest.mark.parametrize("vertices, edges, slots", [
+    # one pipelined all-to-all region: the widest of the shared group
+    ([vertex("a", 3), vertex("b", 5)], [JobEdge("a", "b")], 5),
+    # pointwise: a region per subtask pair, one shared slot each
+    ([vertex("a", 4), vertex("b", 4)], [JobEdge("a", "b", POINTWISE)], 1),
+    # a lone vertex: a region per subtask
+    ([vertex("a", 7)], [], 1),
+    # blocking between wide stages: each side its own regions
+    ([vertex("a", 3), vertex("b", 6), vertex("c", 2)],
+     [JobEdge("a", "b", partition_type=BLOCKING), JobEdge("b", "c")], 6),
+    # groups: slot per subtask of each group, and of each vertex without one
+    ([vertex("a", 2, "x"), vertex("b", 3, "y"), vertex("c", 4, None)],
+     [JobEdge("a", "b"), JobEdge("b", "c")], 3 + 2 + 4),
+    # pointwise joined to an all-to-all edge: all one region
+    ([vertex("a", 3), vertex("b", 3), vertex("c", 2, None)],
+     [JobEdge("a", "b", POINTWISE), JobEdge("b", "c")], 3 + 2),
+])
+def test_slots_at_once_from_the_job_graph_matches_the_scheduler(vertices, edges, slots):
+    """The Dispatcher refuses a job wider than the cluster from the job graph, before it
+    builds an ExecutionGraph; both counts must agree with the regions the scheduler runs."""
+    graph = JobGraph(JobID("job"), "test", vertices, edges, LAZY)
+    assert slots_at_once_from(graph) == slots
+    assert Scheduler(ExecutionGraph(graph)).slots_at_once == slots

@@ -20,6 +20,7 @@ from tests import browser
 from tests.local import jobs
 from tests.local.conftest import wait_for
 from yarn_client import yarn_cluster
+from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
 
 cloudpickle.register_pickle_by_value(jobs)
@@ -125,7 +126,8 @@ def waiting_job(name: str, folder: str, parallelism: int):
 def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(shared_folder):
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
                                          "resourcemanager.taskmanager-timeout": "4 s",
-                                         "taskmanager.numberOfTaskSlots": "2"})
+                                         "taskmanager.numberOfTaskSlots": "2",
+                                         "resourcemanager.local.max-taskmanagers": "1000"})
     deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,))).deploy("session")
     rest, app_id = deployment.rest, deployment.app_id
     try:
@@ -143,6 +145,15 @@ def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(
         jobs.go(third)
         c = rest.submit(waiting_job("third", third, 1))
         wait_for(lambda: rest.job(c).status == "FINISHED", 120, "the third job")
+        # A pipelined region wider than the queue could ever hold is refused at submit,
+        # by the AppMaster asking YARN (from its container, on a node of its own).
+        wide = JobBuilder("wide")
+        wide.connect(wide.add_vertex("src", jobs.quick(shared_folder), parallelism=1000),
+                     wide.add_vertex("sink", jobs.quick(shared_folder), parallelism=1000))
+        with pytest.raises(RestError, match=r"needs 1000 slots at once .* can ever offer: \d+ "
+                                            r"\(\d+ TaskExecutors of 2 slots .*; YARN queue "
+                                            r"'default' holds at most \d+ MiB"):
+            rest.submit(wide.build())
         # Idle TaskExecutors go after resourcemanager.taskmanager-timeout; so do their containers.
         wait_for(lambda: running_containers(app_id) == 0, 60, "idle containers released")
         assert rest.overview().task_executors == []

@@ -56,6 +56,9 @@ from yarn_am.jobmaster.slot_pool import SlotPool, SlotRequestId
 log = logging.getLogger(__name__)
 
 
+SLOT_REQUESTS_IN_FLIGHT = 32
+
+
 @dataclass(frozen=True)
 class JobMasterConfig:
     heartbeat: HeartbeatConfig
@@ -110,6 +113,8 @@ class JobMaster(RpcEndpoint):
                                    failover_strategy.create(config.failover_strategy),
                                    restart_strategy.create(config.restart_strategy))
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
+        # A wide job's requests go out a few at a time, not as thousands of calls at once.
+        self._slot_requests_in_flight = asyncio.Semaphore(SLOT_REQUESTS_IN_FLIGHT)
         self._rm: ResourceManagerGateway = rpc.connect(resource_manager_address, "resourcemanager",
                                                        ResourceManagerGateway)
         self.resource_manager_id: ResourceManagerId | None = None
@@ -332,12 +337,13 @@ class JobMaster(RpcEndpoint):
             self._run_scheduler(self.scheduler.restart_due(token, self._now()))
 
     async def _request_slot(self, command: sp.RequestSlotFromResourceManager) -> None:
-        if self.resource_manager_id is None:
-            return  # resent by the SlotPool when the ResourceManager connection is back
         try:
-            await self._rm.request_slot(RequestSlotCall(
-                self.resource_manager_id, self.job_master_id, self.job_id, command.allocation_id,
-                command.profile, self.rpc.address))
+            async with self._slot_requests_in_flight:
+                if self.resource_manager_id is None:
+                    return  # resent by the SlotPool when the ResourceManager is back
+                await self._rm.request_slot(RequestSlotCall(
+                    self.resource_manager_id, self.job_master_id, self.job_id,
+                    command.allocation_id, command.profile, self.rpc.address))
         except RemoteError as error:
             self._run_pool(self.slot_pool.slot_request_failed(command.allocation_id, str(error),
                                                               self._now()))

@@ -82,7 +82,7 @@ from flinkyarn.gateways.task_executor import (ConsumedPartition, ProducedPartiti
                                               TaskDeploymentDescriptor)
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID,
                            IntermediateDataSetID, JobVertexID, ResourceID)
-from flinkyarn.jobgraph import ResultPartitionType, ScheduleMode
+from flinkyarn.jobgraph import DistributionPattern, JobGraph, ResultPartitionType, ScheduleMode
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.execution_graph import (DEPLOYMENT_CHAIN, ExecutionGraph,
@@ -221,6 +221,38 @@ class _PendingRestart:
     token: int
     vertices: list[ExecutionVertexID]  # topological order; some may be taken over later
     due: bool = False  # restart_due came; waits for the last subtask to be terminal
+
+
+def slots_at_once_from(graph: JobGraph) -> int:
+    """What Scheduler.slots_at_once will be, from the job graph alone (cheap: no
+    ExecutionGraph, whose ALL_TO_ALL edges cost parallelism squared). Vertices joined by
+    PIPELINED edges of which one is ALL_TO_ALL form one region of all their subtasks:
+    per slot sharing group the largest parallelism, per vertex without a group all of it;
+    other regions hold one subtask per vertex."""
+    parent = {vertex.id: vertex.id for vertex in graph.vertices}
+
+    def find(vid):
+        while parent[vid] != vid:
+            parent[vid] = parent[parent[vid]]
+            vid = parent[vid]
+        return vid
+
+    wide = set()
+    for edge in graph.edges:
+        if edge.partition_type is ResultPartitionType.PIPELINED:
+            parent[find(edge.source)] = find(edge.target)
+    for edge in graph.edges:
+        if (edge.partition_type is ResultPartitionType.PIPELINED
+                and edge.distribution is DistributionPattern.ALL_TO_ALL):
+            wide.add(find(edge.source))
+    groups: dict[object, dict[object, int]] = {}
+    for vertex in graph.vertices:
+        root = find(vertex.id)
+        width = vertex.parallelism if root in wide else 1
+        group = vertex.slot_sharing_group or ("vertex", vertex.id)
+        slots = groups.setdefault(root, {})
+        slots[group] = max(slots.get(group, 0), width)
+    return max((sum(slots.values()) for slots in groups.values()), default=0)
 
 
 class Scheduler:
@@ -396,6 +428,12 @@ class Scheduler:
     @property
     def job_status(self) -> JobStatus:
         return self._graph.status
+
+    @property
+    def slots_at_once(self) -> int:
+        """The most slots the job holds at one time for a single pipelined region (whose
+        subtasks are deployed together): fewer, and the job could never run."""
+        return max((len(slots) for slots in self._region_slots), default=0)
 
     @property
     def failure_cause(self) -> str | None:

@@ -51,5 +51,10 @@ class ResourceManagerDriver(Protocol):
         """Stops the worker and returns its resources."""
         ...
 
+    async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
+        """The most workers of `spec` the platform could ever hold at once, and what bounds
+        it (e.g. a YARN queue's maximum); None when it sets no bound or does not say."""
+        ...
+
     async def terminate(self) -> None:
         ...

@@ -109,6 +109,9 @@ class LocalProcessDriver:
             process.kill()
             await process.wait()
 
+    async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
+        return None  # resourcemanager.local.max-taskmanagers is the bound
+
     async def terminate(self) -> None:
         self._terminated = True
         processes = list(self._processes.values())

@@ -123,6 +123,23 @@ class ResourceManager(RpcEndpoint):
             payload_for=lambda _rid: HeartbeatRequest(self.resource_id),
             rpc_failure_threshold=threshold)
 
+    async def slot_capacity(self) -> tuple[int, str]:
+        """The most slots this cluster could ever offer at once, and what bounds it: the
+        workers it may start (resourcemanager.local.max-taskmanagers, and what the driver's
+        platform could hold), or the slots registered now if more."""
+        worker = self.config.worker
+        count = self.config.max_workers
+        bound = f"{options.LOCAL_MAX_TASK_MANAGERS.key} = {count}"
+        platform = await self.driver.max_workers(worker)
+        if platform is not None and platform[0] < count:
+            count, bound = platform
+        slots = count * worker.num_slots
+        registered = self.slot_manager.registered_slot_count()
+        if registered > slots:
+            return registered, f"{registered} slots registered"
+        return slots, (f"{count} TaskExecutors of {worker.num_slots} slots "
+                       f"({options.NUM_TASK_SLOTS.key}); {bound}")
+
     async def on_start(self) -> None:
         for worker_id in await self.driver.initialize(self, self.rpc.address, self.spawn) or []:
             # Started with the application: its slots serve the first requests.

@@ -342,6 +342,9 @@ class SlotManager:
         return sum(s.state == "free" for te in self._task_executors.values()
                    for s in te.slots.values())
 
+    def registered_slot_count(self) -> int:
+        return sum(len(te.slots) for te in self._task_executors.values())
+
     def registered_task_executors(self) -> list[ResourceID]:
         """In registration order."""
         return list(self._task_executors)

@@ -30,7 +30,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
-from flinkyarn import runtime_check
+import skein
+
+from flinkyarn import hadoop, runtime_check
 from flinkyarn.ids import new_id
 from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn
 from yarn_am.resourcemanager.slot_manager import WorkerSpec
@@ -113,6 +115,28 @@ class YarnDriver:
                                 resource_manager_address.encode())
         spawn(self._watch(), "yarn-container-watcher")
         return [worker.worker_id for worker in self._workers.values()]
+
+    async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
+        """How many TaskExecutor containers fit in the application's queue at its maximum
+        capacity (CapacityScheduler's maxEffectiveCapacity) beside the AppMaster's, as the
+        ResourceManager says now; None when it does not say."""
+        try:
+            app_spec = await asyncio.to_thread(self._app.get_specification)
+            scheduler = (await asyncio.to_thread(hadoop.rm_request, "/ws/v1/cluster/scheduler")
+                         )["scheduler"]["schedulerInfo"]
+        except (OSError, ValueError, KeyError, skein.exceptions.SkeinError) as error:
+            log.warning("cannot learn the YARN queue's capacity: %s", error)
+            return None
+        queue = hadoop.leaf_queues(scheduler).get(app_spec.queue)
+        most = (queue or {}).get("maxEffectiveCapacity") or {}
+        if not most.get("memory") or not most.get("vCores"):
+            return None
+        master, worker = app_spec.master.resources, app_spec.services[SERVICE].resources
+        count = max(0, min((most["memory"] - master.memory) // worker.memory,
+                           (most["vCores"] - master.vcores) // worker.vcores))
+        return count, (f"YARN queue {app_spec.queue!r} holds at most {most['memory']} MiB and "
+                       f"{most['vCores']} vcores: the AppMaster's container and {count} "
+                       f"TaskExecutor containers of {worker.memory} MiB and {worker.vcores} vcores")
 
     def request_worker(self, spec: WorkerSpec) -> str:
         self._count += 1
