@@ -144,6 +144,12 @@ REST_PORT = option(
 CLIENT_TIMEOUT = option(
     "client.timeout", DURATION, "60 s",
     "Timeout of one call from the client to the cluster.")
+DASHBOARD_MAX_CONNECTIONS = option(
+    "dashboard.max-connections", integer(1), "64",
+    "Most connections the dashboard serves at once; more are closed as they come.")
+DASHBOARD_TIMEOUT = option(
+    "dashboard.timeout", POSITIVE_DURATION, "10 s",
+    "A dashboard connection not answered within this time of its opening or of its last answer (idle, or a request still incomplete) is closed.")
 
 # Execution
 EXECUTION_TARGET = option(

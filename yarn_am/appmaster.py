@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -67,6 +68,7 @@ class AppMaster:
         from yarn_am.dashboard import Dashboard
 
         conf = self.conf
+        raise_descriptor_limit()
         rpc = RpcService(self.security, host=conf.get(options.JOB_MANAGER_RPC_ADDRESS),
                          port=conf.get(options.JOB_MANAGER_RPC_PORT),
                          max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
@@ -80,7 +82,10 @@ class AppMaster:
         host = conf.get(options.REST_ADDRESS)
         rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),
                           conf.get(options.RPC_MAX_MESSAGE_SIZE), shutdown=self.shutdown)
-        dashboard = Dashboard(dispatcher, host, title=self.title)
+        # On loopback, whatever rest.address says: see yarn_am/dashboard.py.
+        dashboard = Dashboard(dispatcher, title=self.title,
+                              max_connections=conf.get(options.DASHBOARD_MAX_CONNECTIONS),
+                              timeout=conf.get(options.DASHBOARD_TIMEOUT))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.shutdown)
@@ -117,6 +122,17 @@ class AppMaster:
             await rest.stop()
             await dashboard.stop()
             await rpc.stop(grace=0.5)
+
+
+def raise_descriptor_limit() -> None:
+    """Lets this process open as many files as the system allows it (the hard limit): its
+    descriptors serve RPC, REST, the dashboard and the TaskExecutors' connections at once."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as error:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, error)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -8,6 +8,17 @@ Plain HTTP, because the YARN web proxy that forwards the admin's browser to it c
 present the cluster's client certificate; so it only reads. Every method but GET (and
 HEAD) is answered 405 on every path: nothing here submits, cancels or shuts down.
 
+Who may read it: job names, addresses and failure causes (which can hold user data) are
+not for anyone on the network. The dashboard binds to loopback only, and serves only
+under a secret first path segment, made at start (`http://127.0.0.1:PORT/SECRET/`): on
+YARN that URL is registered with skein's web UI in the same container, which YARN's web
+proxy reaches (the RM's AmIpFilter rule guards skein's UI), so people get the page only
+through the proxy; locally the URL goes only into the owner-only work folder. Guards
+for the AppMaster's sake (it shares the process's descriptors with REST and RPC): at
+most `dashboard.max-connections` connections (more are closed as they come), and a
+connection not answered within `dashboard.timeout` of its opening or its last answer
+(idle, or a request that never completes) is closed.
+
 The page is rendered here, with every value from users (job and vertex names, failure
 causes) escaped, and a Content-Security-Policy that lets only the page's own script and
 style run. That script refreshes the page every two seconds by fetching the page's own
@@ -20,11 +31,14 @@ Runs on the AppMaster's event loop and calls the Dispatcher directly on that loo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import html
 import logging
+import secrets
 import time
+from typing import Callable
 
 import msgspec
 from aiohttp import web
@@ -47,31 +61,42 @@ class DashboardOverview(msgspec.Struct, frozen=True):
 
 
 class Dashboard:
-    def __init__(self, dispatcher: DispatcherGateway, host: str, port: int = 0, *,
-                 title: str = "flinkyarn", mode: str | None = None) -> None:
+    def __init__(self, dispatcher: DispatcherGateway, host: str = "127.0.0.1", port: int = 0, *,
+                 title: str = "flinkyarn", mode: str | None = None,
+                 max_connections: int = 64, timeout: float = 10.0) -> None:
         """title names the cluster in the page's header; mode (e.g. "session on YARN"),
         when given, is shown next to it."""
         self._dispatcher = dispatcher
         self._host, self._port = host, port
         self._title, self._mode = title, mode
-        self._app = web.Application(middlewares=[_read_only])
-        self._app.add_routes([web.get("/", self.page), web.get("/api/overview", self.overview)])
+        self._max_connections, self._timeout = max_connections, timeout
+        self._secret = secrets.token_urlsafe(24)
+        pages = web.Application(middlewares=[_read_only])
+        pages.add_routes([web.get("/", self.page), web.get("/api/overview", self.overview)])
+        self._app = web.Application()
+        self._app.add_subapp(f"/{self._secret}/", pages)
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
         self.url: str | None = None
 
     async def start(self) -> str:
-        """Serves; returns the base URL, ending in "/" (e.g. "http://127.0.0.1:8081/")."""
+        """Serves; returns the base URL, ending in "/" (e.g.
+        "http://127.0.0.1:8081/SECRET/")."""
         self._runner = web.AppRunner(self._app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        connections = _Connections(self._runner.server, self._max_connections, self._timeout)
+        self._server = await asyncio.get_running_loop().create_server(
+            connections.protocol, self._host, self._port)
+        port = self._server.sockets[0].getsockname()[1]
         host = f"[{self._host}]" if ":" in self._host else self._host
-        self.url = f"http://{host}:{port}/"
-        log.info("dashboard at %s", self.url)
+        self.url = f"http://{host}:{port}/{self._secret}/"
+        log.info("dashboard at http://%s:%d/ (under its secret path)", host, port)
         return self.url
 
     async def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.close()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -99,6 +124,98 @@ async def _read_only(request: web.Request, handler):
         raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"],
                                        text="the dashboard is read-only\n")
     return await handler(request)
+
+
+class _Connections:
+    """The dashboard's connections: aiohttp's protocol for each, inside a guard that
+    counts them and closes the ones over `most` at once, and each one not answered
+    within `timeout` s of its opening or its last answer."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], most: int, timeout: float) -> None:
+        self._factory = factory
+        self._most, self._timeout = most, timeout
+        self.live = 0
+        self._refused = 0
+
+    def protocol(self) -> asyncio.Protocol:
+        return _Guarded(self)
+
+
+class _Guarded(asyncio.Protocol):
+    def __init__(self, connections: _Connections) -> None:
+        self._connections = connections
+        self._inner: asyncio.Protocol | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        connections = self._connections
+        if connections.live >= connections._most:
+            connections._refused += 1
+            if connections._refused in (1, 10, 100) or connections._refused % 1000 == 0:
+                log.warning("dashboard: %d connections open, the most it takes; closed %d "
+                            "more", connections.live, connections._refused)
+            transport.abort()
+            return
+        connections.live += 1
+        self._transport = transport
+        self._inner = connections._factory()
+        self._answered()
+        self._inner.connection_made(_Answering(transport, self._answered))
+
+    def _answered(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = asyncio.get_running_loop().call_later(
+            self._connections._timeout, self._expire)
+
+    def _expire(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()  # connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._inner is None:
+            return
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._connections.live -= 1
+        inner, self._inner, self._transport = self._inner, None, None
+        inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+
+class _Answering:
+    """The transport as aiohttp's protocol sees it: each write (an answer going out)
+    moves the connection's deadline."""
+
+    def __init__(self, transport: asyncio.Transport, answered: Callable[[], None]) -> None:
+        self._transport = transport
+        self._answered = answered
+
+    def write(self, data: bytes) -> None:
+        self._answered()
+        self._transport.write(data)
+
+    def writelines(self, lines) -> None:
+        self._answered()
+        self._transport.writelines(lines)
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
 
 
 # ---- the page ---------------------------------------------------------------------------

@@ -106,10 +106,12 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:
+        # The dashboard's own URL (loopback, secret path) stays here: skein's web UI, in
+        # this container, proxies it for YARN's proxy; clients get the proxied address.
+        page = await asyncio.to_thread(app.ui.add_page, "flinkyarn", am.info.dashboard_url,
+                                       "flinkyarn dashboard")
         await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: am.info.rest_address.encode(),
-                                                DASHBOARD_KEY: am.info.dashboard_url.encode()})
-        await asyncio.to_thread(app.ui.add_page, "flinkyarn", am.info.dashboard_url,
-                                "flinkyarn dashboard")
+                                                DASHBOARD_KEY: page.address.encode()})
         if graph is not None:
             job_task.append(asyncio.create_task(_run_job(app, am, graph, outcome)))
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import aiohttp
 import msgspec
@@ -57,7 +61,7 @@ def test_dashboard_of_a_local_cluster_shows_the_running_job_then_finished(cluste
     wait_for(lambda: running_tasks(cluster.rest, job_id) == 2, 30, "2 running tasks")
     [task_executor] = cluster.rest.overview().task_executors
     url = cluster.dashboard_url
-    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), url
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/[\w-]{32}/", url), url
 
     dom = dump_dom(url)
 
@@ -97,6 +101,57 @@ class ChangingDispatcher(FakeDispatcher):
             raise state
         self.jobs = state
         return await super().cluster_overview(request)
+
+
+def get(url: str) -> int:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def closed_by_server(connection: socket.socket, within: float) -> bool:
+    connection.settimeout(within)
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_the_dashboard_is_for_its_secret_url_on_loopback_and_outlasts_a_flood(start_cluster):
+    """Not on the network, not without the secret path; a flood of idle or never-finished
+    connections is capped and timed out, and REST answers all along (the AppMaster's
+    open-file limit is raised to the hard limit at start)."""
+    cluster = start_cluster(**{"dashboard.max-connections": "8", "dashboard.timeout": "3 s"})
+    url = urllib.parse.urlsplit(cluster.dashboard_url)
+    root = f"http://127.0.0.1:{url.port}/"
+    assert get(cluster.dashboard_url) == 200
+    assert get(root) == 404 and get(root + "api/overview") == 404
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", url.port), timeout=5).close()
+    limits = Path(f"/proc/{cluster.process.pid}/limits").read_text()
+    soft, hard = re.search(r"Max open files\s+(\d+)\s+(\d+)", limits).groups()
+    assert soft == hard, limits
+
+    flood = [socket.create_connection(("127.0.0.1", url.port), timeout=5) for _ in range(40)]
+    try:
+        # Over the cap: closed at once.
+        assert sum(closed_by_server(c, 0.05) for c in flood[8:]) == 32
+        assert cluster.rest.overview() is not None
+        # A request that never completes: its bytes do not keep it open.
+        flood[0].sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(3):
+            time.sleep(0.3)
+            flood[0].sendall(b"X-Slow: 1\r\n")
+        assert all(closed_by_server(c, 5.0) for c in flood[:8])
+    finally:
+        for connection in flood:
+            connection.close()
+    assert get(cluster.dashboard_url) == 200
 
 
 class BehindProxy:

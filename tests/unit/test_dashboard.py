@@ -68,7 +68,7 @@ def serve(dispatcher, *requests: tuple[str, str], **kwargs) -> list[tuple[int, d
     async def run():
         dashboard = Dashboard(dispatcher, "127.0.0.1", **kwargs)
         url = await dashboard.start()
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url)
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/[\w-]{32}/", url)
         try:
             async with aiohttp.ClientSession() as session:
                 answers = []

@@ -3,8 +3,10 @@ admins see them (the CLI, the ResourceManager's REST API, the YARN web proxy).""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -117,6 +119,16 @@ def running_containers(app_id: str) -> int:
         return len(client.connect(app_id).get_containers(["taskexecutor"], ["RUNNING"]))
 
 
+def dashboard_target(app_id: str) -> str:
+    import skein
+
+    from yarn_client.skein_jar import use_flinkyarn_jar
+
+    use_flinkyarn_jar()
+    with skein.Client(log=False) as client:
+        return client.connect(app_id).ui.get_pages()["flinkyarn"].target
+
+
 def waiting_job(name: str, folder: str, parallelism: int):
     job = JobBuilder(name)
     job.add_vertex(name, jobs.wait_for_go(folder), parallelism=parallelism)
@@ -181,6 +193,14 @@ def test_tracking_url_leads_through_the_proxy_to_the_dashboard(shared_folder):
         page = browser.dump_dom(tracking.rstrip("/") + "/pages/flinkyarn/", wait_ms=4000)
         assert "shown on the dashboard" in page and "RUNNING" in page
         assert "taskexecutor-" in page
+        # Clients are given that proxied address; the page itself is on the AppMaster's
+        # loopback under a secret path, not on its node's address.
+        assert deployment.dashboard_url.startswith(tracking.rstrip("/") + "/pages/flinkyarn")
+        target = urllib.parse.urlsplit(dashboard_target(deployment.app_id))
+        assert target.hostname == "127.0.0.1" and len(target.path.strip("/")) == 32
+        node = yarn_cluster.application_report(deployment.app_id)["amHostHttpAddress"]
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((node.split(":")[0], target.port), timeout=5).close()
 
         # What an operator does from the shell: list, cancel, read the logs.
         listed = flinkyarn("list", deployment.app_id)
