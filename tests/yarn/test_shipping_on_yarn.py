@@ -51,11 +51,20 @@ def flinkyarn(*args, env=None, timeout=600):
                           text=True, cwd=REPO, timeout=timeout, env=env)
 
 
+LOGS_AGGREGATED = ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED")
+"""YARN's log aggregation states of an application after which no node adds logs."""
+
+
 def application_logs(app_id: str, expect: str, count: int = 1) -> str:
-    """The aggregated logs of an ended application once `expect` shows `count` times."""
+    """The aggregated logs of an ended application once every node has handed in its
+    logs (each node aggregates on its own: an early read may lack the AppMaster's) and
+    `expect` shows `count` times."""
     found = {}
 
     def aggregated():
+        report = yarn_cluster.application_report(app_id)
+        if report.get("logAggregationStatus", "SUCCEEDED") not in LOGS_AGGREGATED:
+            return False
         result = subprocess.run(["yarn", "logs", "-applicationId", app_id],
                                 capture_output=True, text=True)
         found["text"] = result.stdout
