@@ -70,9 +70,9 @@ def resource_manager_address(argument: str) -> str:
 async def serve(args: argparse.Namespace, conf: Configuration,
                 scratch: ProcessScratch) -> str | None:
     """Runs the TaskExecutor until it stops; its fatal error, if that is why."""
-    # Its own certificate, naming the host it binds and advertises: its peers check it.
-    security = ClusterSecurity.load(Path(args.security_dir)).for_host(
-        conf.get(options.TASK_MANAGER_HOST), scratch.root / "security")
+    # The TaskExecutors' certificate (role taskexecutor, named TASKEXECUTOR_NAME): no
+    # authority key here to issue one for its host, nor anything of the client's.
+    security = ClusterSecurity.load(Path(args.security_dir))
     args.resource_manager = await asyncio.to_thread(resource_manager_address, args.resource_manager)
     rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),
                      port=conf.get(options.TASK_MANAGER_RPC_PORT),

@@ -122,7 +122,7 @@ class StreamTask:
             partition = ResultPartition(
                 ResultPartitionID(d.job_id, p.result_id, d.subtask_index),
                 p.partition_type.value, p.number_of_subpartitions, spill_dir,
-                self.env.network.max_buffered_bytes)
+                self.env.network.max_buffered_bytes, data_key=d.data_key)
             self.env.partition_manager.register(partition)
             self.partitions.append(partition)
             self._routes.append((partition, make_partitioner(
@@ -168,7 +168,7 @@ class StreamTask:
                                      consumed.subpartition_index, timeout)
         address = location.data_address
         return RemoteInputChannel(self.env.clients, lambda: address, partition_id,
-                                  consumed.subpartition_index, timeout)
+                                  consumed.subpartition_index, timeout, ticket=consumed.ticket)
 
     # ------------------------------------------------------------------- running
 

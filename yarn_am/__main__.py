@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
-from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity
 from flinkyarn.scratch import process_scratch
 from yarn_am.appmaster import AppMaster, appmaster_security
 from yarn_am.resourcemanager.local_driver import LocalProcessDriver
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as error:
         logging.error("%s", error)
         return 2
-    driver = LocalProcessDriver(args.security_dir, args.work_dir / "logs", properties)
+    driver = LocalProcessDriver(args.security_dir / TASKEXECUTOR_DIR, args.work_dir / "logs",
+                                properties)
     with process_scratch(conf, "flinkyarn-appmaster-") as scratch:
         security = appmaster_security(conf, ClusterSecurity.load(args.security_dir),
                                       scratch.root / "security")

@@ -9,9 +9,10 @@
     POST   /jobs/{job_id}/cancel  202
     DELETE /cluster               202; the AppMaster shuts down
 
-Served over HTTPS that requires the cluster's client certificate. Errors are JSON
+Served over HTTPS that requires a certificate of the cluster, of role client (403 for
+another role: a TaskExecutor's, which the code of tasks could use). Errors are JSON
 `{"error": "..."}` with 400 (bad request, nothing changed), 404 (unknown job), 413
-(body over rpc.max-message-size), 415 (a submission that is not MessagePack).
+(body over rpc.max-message-size), 415 (a submission that is not MessagePack), 403.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from flinkyarn.gateways import ACK
 from flinkyarn.gateways.dispatcher import JobOutputQuery, JobQuery, SubmitJob
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.errors import MalformedMessage
-from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.security import CLIENT, ClusterSecurity, role_of
 from yarn_am.dispatcher import Dispatcher, UnknownJob
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,19 @@ def _error(status: int, text: str) -> web.Response:
     return _json({"error": text}, status)
 
 
+@web.middleware
+async def _clients_only(request: web.Request, handler):
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+    certificate = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    role = role_of(certificate) if certificate else None
+    if role != CLIENT:
+        log.warning("refused %s %s from a caller of role %s", request.method, request.path,
+                    role or "unknown")
+        return _error(403, f"the REST API is for the cluster's clients, not a caller of role "
+                           f"{role or 'unknown'}")
+    return await handler(request)
+
+
 class RestServer:
     def __init__(self, dispatcher: Dispatcher, security: ClusterSecurity, host: str, port: int,
                  max_body: int, shutdown: Callable[[], None]) -> None:
@@ -50,7 +64,8 @@ class RestServer:
         self._security = security
         self._host, self._port = host, port
         self._shutdown = shutdown
-        self._app = web.Application(client_max_size=max_body, middlewares=[self._errors])
+        self._app = web.Application(client_max_size=max_body,
+                                    middlewares=[_clients_only, self._errors])
         self._app.add_routes([
             web.get("/overview", self.overview),
             web.get("/jobs", self.list_jobs),

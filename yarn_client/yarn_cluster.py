@@ -32,7 +32,8 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.dispatcher import TokenStatus
 from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
-from flinkyarn.rpc.security import FILES, ClusterSecurity
+from flinkyarn.rpc.security import (APPMASTER_FILES, CA_FILE, CERT_FILE, FILES, KEY_FILE,
+                                     TASKEXECUTOR_DIR, ClusterSecurity)
 from yarn_client import shipping
 from yarn_client.rest_client import RestClient
 
@@ -92,6 +93,19 @@ def rm_get(path: str) -> dict:
 
 def application_report(app_id: str) -> dict:
     return rm_get(f"/ws/v1/cluster/apps/{app_id}")["app"]
+
+
+TASKEXECUTOR_STAGED = {CA_FILE: CA_FILE, CERT_FILE: "taskexecutor-cert.pem",
+                       KEY_FILE: "taskexecutor-key.pem"}
+"""A TaskExecutor container's security files: its name for each, the staged file's."""
+
+
+def _staged_security(directory: Path) -> dict[str, Path]:
+    """What of ClusterSecurity.generate's files goes into the staging folder, by name."""
+    staged = {name: directory / name for name in FILES}
+    staged.update({staged_name: directory / TASKEXECUTOR_DIR / name
+                   for name, staged_name in TASKEXECUTOR_STAGED.items() if name != CA_FILE})
+    return staged
 
 
 def check_request(queue: str, containers: dict[str, tuple[int, int, str]]) -> None:
@@ -183,8 +197,8 @@ class YarnClusterDescriptor:
                 ClusterSecurity.generate(work / "security")
                 credentials = f"{staging.root}/clusters/{new_id()}"
                 staging.private_folder(credentials)
-                for name in FILES:
-                    staging.upload(work / "security" / name, f"{credentials}/{name}")
+                for name, source in _staged_security(work / "security").items():
+                    staging.upload(source, f"{credentials}/{name}")
                 keytab = self._keytab()
                 if keytab is not None:
                     staging.upload(keytab, f"{credentials}/{KEYTAB}")
@@ -192,13 +206,19 @@ class YarnClusterDescriptor:
                 raise YarnDeploymentError(
                     f"cannot ship to {staging.uri(staging.root)}: {error}") from None
             # Localized from the staging folder, readable by this user only: nothing
-            # else carries the cluster's keys.
-            files = {name: shipping.Localized(name, staging.uri(f"{credentials}/{name}")).skein_file()
-                     for name in FILES}
-            files.update({name: f.skein_file() for name, f in shipment.files.items()})
-            for extra in extras:
-                files[extra.name] = str(extra.resolve())
-            master_files = dict(files)
+            # else carries the cluster's keys. Each role gets its own (security.py): the
+            # AppMaster the authority's key, a TaskExecutor the TaskExecutors' certificate
+            # under the usual names; neither gets the client's.
+            def localized(names: dict[str, str]) -> dict:
+                return {name: shipping.Localized(name, staging.uri(f"{credentials}/{staged}"))
+                        .skein_file() for name, staged in names.items()}
+
+            files = localized(TASKEXECUTOR_STAGED)
+            master_files = localized({name: name for name in APPMASTER_FILES})
+            for role_files in (files, master_files):
+                role_files.update({name: f.skein_file() for name, f in shipment.files.items()})
+                for extra in extras:
+                    role_files[extra.name] = str(extra.resolve())
             if keytab is not None:  # the AppMaster's alone: the TaskExecutors get tokens
                 master_files[KEYTAB] = shipping.Localized(
                     KEYTAB, staging.uri(f"{credentials}/{KEYTAB}")).skein_file()

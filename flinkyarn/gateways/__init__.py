@@ -3,9 +3,34 @@
 One module per endpoint. A gateway is a `typing.Protocol`; the endpoint, the network
 proxy (`RpcService.connect`) and test fakes all satisfy it. Every call that changes
 state carries the fencing token of its sender's current leadership or allocation.
+Who may call: the AppMaster any method; other roles (flinkyarn.rpc.security) only the
+methods a gateway grants them with `@callable_by`; the RpcService refuses the rest.
 """
 
+from collections.abc import Callable
+
 import msgspec
+
+from flinkyarn.rpc.security import APPMASTER
+
+ALL_METHODS = "*"
+
+
+def callable_by(**roles: str | frozenset[str]) -> Callable[[type], type]:
+    """Grants roles other than the AppMaster the methods named (or ALL_METHODS), e.g.
+    `@callable_by(taskexecutor=frozenset({"offer_slots"}))`."""
+    def grant(protocol: type) -> type:
+        protocol.__callers__ = {role: methods for role, methods in roles.items()}
+        return protocol
+    return grant
+
+
+def may_call(protocol: type, role: str | None, method: str) -> bool:
+    """Whether a caller of `role` may call `method` of an endpoint of `protocol`."""
+    if role == APPMASTER:
+        return True
+    methods = getattr(protocol, "__callers__", {}).get(role)
+    return methods is not None and (methods == ALL_METHODS or method in methods)
 
 
 class Ack(msgspec.Struct, frozen=True):

@@ -7,7 +7,7 @@ from typing import Protocol
 
 import msgspec
 
-from flinkyarn.gateways import Ack
+from flinkyarn.gateways import ALL_METHODS, Ack, callable_by
 from flinkyarn.ids import JobID
 from flinkyarn.jobgraph import JobGraph
 
@@ -118,6 +118,7 @@ class ClusterOverview(msgspec.Struct, frozen=True):
     delegation_tokens: TokenStatus | None = None  # on a secure cluster
 
 
+@callable_by(client=ALL_METHODS)
 class DispatcherGateway(Protocol):
     async def submit_job(self, request: SubmitJob) -> JobSubmitted:
         """Refused (ValueError) for an invalid JobGraph or a job id already known."""

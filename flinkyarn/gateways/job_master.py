@@ -7,7 +7,7 @@ from typing import Protocol
 
 import msgspec
 
-from flinkyarn.gateways import Ack, HeartbeatRequest
+from flinkyarn.gateways import Ack, HeartbeatRequest, callable_by
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
                            JobMasterId, ResourceID, ResourceManagerId)
 from flinkyarn.slots import SlotOffer
@@ -100,6 +100,9 @@ class PartitionLocation(msgspec.Struct, frozen=True):
     error: str | None = None
 
 
+@callable_by(taskexecutor=frozenset({
+    "register_task_manager", "offer_slots", "update_task_execution_state", "report_task_output",
+    "disconnect_task_manager", "request_partition_location"}))
 class JobMasterGateway(Protocol):
     async def register_task_manager(self, request: RegisterTaskManager) -> TaskManagerRegistration:
         ...

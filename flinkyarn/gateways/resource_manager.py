@@ -6,7 +6,7 @@ from typing import Protocol
 
 import msgspec
 
-from flinkyarn.gateways import Ack
+from flinkyarn.gateways import Ack, callable_by
 from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
                            ResourceManagerId, SlotID)
 from flinkyarn.resources import ResourceProfile
@@ -94,6 +94,9 @@ class ApplicationTokens(msgspec.Struct, frozen=True):
     tokens: bytes = b""
 
 
+@callable_by(taskexecutor=frozenset({
+    "register_task_executor", "notify_slot_available", "disconnect_task_executor",
+    "request_application_tokens"}))
 class ResourceManagerGateway(Protocol):
     async def register_task_executor(self, request: RegisterTaskExecutor) -> TaskExecutorRegistration:
         """Registers (or re-registers) a TaskExecutor; its previous slots are dropped first."""

@@ -28,13 +28,15 @@ class AllocateSlot(msgspec.Struct, frozen=True):
 
 class ConsumedPartition(msgspec.Struct, frozen=True):
     """Subpartition `subpartition_index` of partition `producer_subtask_index` of result
-    `result_id`, which a task reads."""
+    `result_id`, which a task reads, with the JobMaster's ticket for it (security.
+    partition_ticket), which the producer's TaskExecutor wants."""
 
     result_id: IntermediateDataSetID
     producer_vertex_id: JobVertexID
     producer_subtask_index: int
     partition_type: ResultPartitionType
     subpartition_index: int
+    ticket: bytes = b""
 
 
 class ProducedPartition(msgspec.Struct, frozen=True):
@@ -59,6 +61,7 @@ class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):
     invokable: bytes  # cloudpickled; unpickled only inside the TaskExecutor
     consumed_partitions: list[ConsumedPartition] = []
     produced_partitions: list[ProducedPartition] = []
+    data_key: bytes = b""  # the job's, for a task that produces partitions: checks tickets
 
 
 class SubmitTask(msgspec.Struct, frozen=True):

@@ -26,6 +26,10 @@ class UnknownEndpoint(RpcError):
     """No endpoint (or no such method) of that name on the server."""
 
 
+class Forbidden(RpcError):
+    """The caller's role may not make this call (its certificate says which it has)."""
+
+
 class NotFound(RpcError):
     """The call named something the endpoint does not have (a job, say); nothing changed."""
 
@@ -48,6 +52,7 @@ _BY_STATUS = {
     grpc.StatusCode.FAILED_PRECONDITION: StaleCall,
     grpc.StatusCode.UNIMPLEMENTED: UnknownEndpoint,
     grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.PERMISSION_DENIED: Forbidden,
     grpc.StatusCode.UNAVAILABLE: Unreachable,
     grpc.StatusCode.DEADLINE_EXCEEDED: CallTimeout,
 }
@@ -57,6 +62,7 @@ _STATUS_OF = {
     StaleCall: grpc.StatusCode.FAILED_PRECONDITION,
     UnknownEndpoint: grpc.StatusCode.UNIMPLEMENTED,
     NotFound: grpc.StatusCode.NOT_FOUND,
+    Forbidden: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 

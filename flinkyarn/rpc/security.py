@@ -3,11 +3,26 @@ signs one certificate per process. Every connection (gRPC, REST, Flight) is mutu
 against that authority: a process without the cluster's files cannot register a
 TaskExecutor, call an endpoint, read a partition, or submit a job.
 
-Names are checked. A server process presents a certificate naming the host it binds and
+Roles. Each certificate carries its holder's role (the subject's organizational unit):
+`client` (the submitting user: REST and the Dispatcher), `appmaster` (Dispatcher,
+ResourceManager, JobMasters: it may call everything), `taskexecutor` (the containers
+that run user code). The client makes the authority, its own certificate and the one
+certificate all TaskExecutors share; a TaskExecutor gets only that one (no authority
+key, no client certificate), so the code of a task cannot act as the client or the
+AppMaster: every server authorizes each call by the caller's role (flinkyarn.rpc.
+service, yarn_am/rest.py).
+
+Data-plane tickets. All TaskExecutors share one certificate, so the data plane also
+wants a ticket: each job's JobMaster makes a random key, gives it to the tasks that
+produce partitions and hands every consumer, in its deployment, the ticket for the
+subpartitions it reads (`partition_ticket`). A TaskExecutor serves a subpartition only
+against its ticket: code of another job, which never saw the key, reads nothing.
+
+Names are checked. The AppMaster presents a certificate naming the host it binds and
 advertises (`for_host`: YARN's NM_HOST in a container), issued at its start with the
-authority's key, which the cluster's files include; every client checks the server's
-certificate against the host it dials. Client certificates are checked against the
-authority only: whoever holds the cluster's files is a member.
+authority's key, which only its files include; clients check it against the host they
+dial. TaskExecutors cannot issue certificates, so theirs names TASKEXECUTOR_NAME, and
+their peers check that name (and the authority) instead of the host they dial.
 
 Lifetimes: the authority lasts `CA_LIFETIME` (a session may run for months); every
 certificate it signs lasts until the authority's end.
@@ -16,6 +31,9 @@ certificate it signs lasts until the authority's end.
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
+import hmac
 import ipaddress
 import os
 import ssl
@@ -27,7 +45,17 @@ import grpc
 
 CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE = "ca.pem", "ca-key.pem", "cert.pem", "key.pem"
 FILES = (CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE)
-"""The cluster's files, made by `generate`: what every container of the cluster gets."""
+"""The client's files, made by `generate` (its own certificate and the authority's key)."""
+TASKEXECUTOR_DIR = "taskexecutor"
+"""The subfolder `generate` writes the TaskExecutors' files into: CA_FILE, CERT_FILE and
+KEY_FILE of role taskexecutor; all that a TaskExecutor gets."""
+APPMASTER_FILES = (CA_FILE, CA_KEY_FILE)
+"""What an AppMaster gets: it issues its own certificate (`for_host`)."""
+
+CLIENT, APPMASTER, TASKEXECUTOR = "client", "appmaster", "taskexecutor"
+ROLES = (CLIENT, APPMASTER, TASKEXECUTOR)
+TASKEXECUTOR_NAME = "taskexecutor.flinkyarn.invalid"
+"""The server name in the TaskExecutors' certificate, which their peers check."""
 
 CA_LIFETIME = datetime.timedelta(days=3650)
 CLOCK_SKEW = datetime.timedelta(minutes=5)  # hosts' clocks differ: valid a little earlier
@@ -68,37 +96,52 @@ class ClusterSecurity:
                    .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
                                   critical=False)
                    .sign(ca_key, hashes.SHA256()))
-        key, cert = _issue(ca_cert, ca_key, x509.Name([
-            x509.NameAttribute(NameOID.COMMON_NAME, "flinkyarn client")]),
-            sans=[], usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
+        key, cert = _issue(ca_cert, ca_key, _subject("flinkyarn client", CLIENT),
+                           sans=[], usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
         security = cls(ca=_pem(ca_cert), cert=_pem(cert), key=_pem(key), ca_key=_pem(ca_key),
                        directory=directory)
         security._write(directory)
+        te_key, te_cert = _issue(ca_cert, ca_key, _subject(TASKEXECUTOR_NAME, TASKEXECUTOR),
+                                 sans=[x509.DNSName(TASKEXECUTOR_NAME)],
+                                 usages=[ExtendedKeyUsageOID.SERVER_AUTH,
+                                         ExtendedKeyUsageOID.CLIENT_AUTH])
+        ClusterSecurity(ca=security.ca, cert=_pem(te_cert), key=_pem(te_key))._write(
+            directory / TASKEXECUTOR_DIR)
         return security
 
     @classmethod
     def load(cls, directory: Path) -> ClusterSecurity:
-        """The files in `directory`; without the authority's key (a client of a cluster
-        whose keys it was not given) it serves as a client only."""
-        missing = [name for name in (CA_FILE, CERT_FILE, KEY_FILE)
-                   if not (directory / name).is_file()]
+        """The files in `directory`: a certificate with its key, or (an AppMaster's) the
+        authority's key to issue one with `for_host`, or both (the client's)."""
+        ca_key = directory / CA_KEY_FILE
+        needed = (CA_FILE,) if ca_key.is_file() else (CA_FILE, CERT_FILE, KEY_FILE)
+        missing = [name for name in needed if not (directory / name).is_file()]
         if missing:
             raise FileNotFoundError(f"cluster security files missing in {directory}: "
                                     f"{', '.join(missing)}")
-        ca_key = directory / CA_KEY_FILE
-        return cls(ca=(directory / CA_FILE).read_bytes(), cert=(directory / CERT_FILE).read_bytes(),
-                   key=(directory / KEY_FILE).read_bytes(),
+
+        def read(name: str) -> bytes:
+            path = directory / name
+            return path.read_bytes() if path.is_file() else b""
+
+        return cls(ca=read(CA_FILE), cert=read(CERT_FILE), key=read(KEY_FILE),
                    ca_key=ca_key.read_bytes() if ca_key.is_file() else None, directory=directory)
 
-    def for_host(self, host: str, directory: Path, aliases: Sequence[str] = ()) -> ClusterSecurity:
-        """A fresh key pair and a certificate for server and client use naming `host`
+    @property
+    def role(self) -> str | None:
+        """The role in this process's certificate."""
+        return role_of(self.cert) if self.cert else None
+
+    def for_host(self, host: str, directory: Path, aliases: Sequence[str] = (),
+                 role: str = APPMASTER) -> ClusterSecurity:
+        """A fresh key pair and a certificate of `role` for server and client use naming `host`
         (and `aliases`: other names the same process serves under), signed by the
         authority and valid until its end; written into `directory` (the process's own
         folder: 0700, files 0600). The result cannot issue certificates itself.
         Raises ValueError without the authority's key."""
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
-        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+        from cryptography.x509.oid import ExtendedKeyUsageOID
 
         if self.ca_key is None:
             source = f" in {self.directory}" if self.directory else ""
@@ -107,8 +150,8 @@ class ClusterSecurity:
         ca_cert = x509.load_pem_x509_certificate(self.ca)
         ca_key = serialization.load_pem_private_key(self.ca_key, password=None)
         names = list(dict.fromkeys((host, *aliases)))
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]
-                            if len(host) <= 64 else [])  # a CN is at most 64 characters
+        # A CN is at most 64 characters; the SANs name the hosts anyway.
+        subject = _subject(host if len(host) <= 64 else None, role)
         key, cert = _issue(ca_cert, ca_key, subject, sans=[_general_name(n) for n in names],
                            usages=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH])
         security = ClusterSecurity(ca=self.ca, cert=_pem(cert), key=_pem(key), directory=directory)
@@ -118,7 +161,9 @@ class ClusterSecurity:
     def _write(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.chmod(0o700)
-        files = {CA_FILE: self.ca, CERT_FILE: self.cert, KEY_FILE: self.key}
+        files = {CA_FILE: self.ca}
+        if self.cert:
+            files.update({CERT_FILE: self.cert, KEY_FILE: self.key})
         if self.ca_key is not None:
             files[CA_KEY_FILE] = self.ca_key
         for name, data in files.items():
@@ -136,7 +181,8 @@ class ClusterSecurity:
                                            require_client_auth=True)
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
-        """Checks the server's certificate against the authority and the dialed host."""
+        """Checks the server's certificate against the authority and the dialed host (or
+        the name a channel option overrides it with: TASKEXECUTOR_NAME)."""
         return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key,
                                             certificate_chain=self.cert)
 
@@ -163,11 +209,59 @@ class ClusterSecurity:
         context.load_cert_chain(str(self.directory / CERT_FILE), str(self.directory / KEY_FILE))
 
 
+def partition_ticket(data_key: bytes, job_id: str, result_id: str, partition_number: int,
+                     subpartition: int) -> bytes:
+    """The permission to read subpartition `subpartition` of partition `partition_number`
+    of result `result_id` of job `job_id`: an HMAC under the job's data key (see the
+    module docstring). Raises ValueError without a key: nothing is readable without one."""
+    if not data_key:
+        raise ValueError(f"no data key for job {job_id}: its partitions are not readable")
+    message = f"{job_id}/{result_id}/{partition_number}/{subpartition}".encode()
+    return hmac.new(data_key, message, hashlib.sha256).digest()
+
+
+def ticket_admits(data_key: bytes, ticket: bytes, job_id: str, result_id: str,
+                  partition_number: int, subpartition: int) -> bool:
+    """Whether `ticket` is the one `partition_ticket` makes (in constant time)."""
+    return bool(data_key) and hmac.compare_digest(
+        ticket, partition_ticket(data_key, job_id, result_id, partition_number, subpartition))
+
+
+@functools.lru_cache(maxsize=256)
+def role_of(certificate: bytes) -> str | None:
+    """The role in a certificate (PEM or DER), None for a certificate without one of
+    ROLES (e.g. of another cluster's older client)."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    try:
+        parsed = (x509.load_pem_x509_certificate(certificate) if certificate.startswith(b"-----")
+                  else x509.load_der_x509_certificate(certificate))
+    except ValueError:
+        return None
+    units = parsed.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+    role = units[0].value if units else None
+    return role if role in ROLES else None
+
+
+def _subject(common_name: str | None, role: str):
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role)]
+    if common_name:
+        attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return x509.Name(attributes)
+
+
 def _issue(ca_cert, ca_key, subject, sans: list, usages: list):
     """A new key and a leaf certificate signed by the authority, valid until its end."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
 
     start = max(datetime.datetime.now(datetime.timezone.utc) - CLOCK_SKEW,
                 ca_cert.not_valid_before_utc)
@@ -179,9 +273,9 @@ def _issue(ca_cert, ca_key, subject, sans: list, usages: list):
                .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
                    ca_cert.public_key()), critical=False))
-    if sans:  # with an empty subject the names are the certificate's identity: critical
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans),
-                                        critical=not subject.rdns)
+    if sans:  # without a CN the names are the certificate's identity: critical
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=not any(
+            a.oid == NameOID.COMMON_NAME for a in subject))
     return key, builder.sign(ca_key, hashes.SHA256())
 
 

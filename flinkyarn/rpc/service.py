@@ -22,9 +22,10 @@ import grpc
 import grpc.aio
 
 from flinkyarn.rpc import codec
-from flinkyarn.rpc.errors import (MalformedMessage, NotFound, RpcError, StaleCall,
+from flinkyarn.gateways import may_call
+from flinkyarn.rpc.errors import (Forbidden, MalformedMessage, NotFound, RpcError, StaleCall,
                                   UnknownEndpoint, from_grpc, status_of)
-from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.security import TASKEXECUTOR_NAME, ClusterSecurity, role_of
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ class GatewayProxy:
         self.endpoint = endpoint
 
     async def _call(self, method: GatewayMethod, request: Any, timeout: float | None) -> Any:
-        channel = self._service.channel(self.address)
+        # A TaskExecutor's certificate names TASKEXECUTOR_NAME, not its host.
+        channel = self._service.channel(
+            self.address, TASKEXECUTOR_NAME if self.endpoint == "taskexecutor" else None)
         stub = channel.unary_unary(f"/{self.endpoint}/{method.name}")
         target = f"{self.endpoint}.{method.name} at {self.address}"
         try:
@@ -89,6 +92,12 @@ def proxy_class(protocol: type) -> type:
     return type(f"{protocol.__name__}Proxy", (GatewayProxy,), namespace)
 
 
+def _caller_role(context: grpc.aio.ServicerContext) -> str | None:
+    """The role in the caller's certificate (TLS checked it against the authority)."""
+    certificates = context.auth_context().get("x509_pem_cert") or []
+    return role_of(certificates[0]) if certificates else None
+
+
 class _Dispatch(grpc.GenericRpcHandler):
     def __init__(self, service: "RpcService") -> None:
         self._service = service
@@ -114,7 +123,7 @@ class RpcService:
             ("grpc.max_send_message_length", max_message_size),
         ]
         self._endpoints: dict[str, tuple[type, object]] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels: dict[tuple[str, str | None], grpc.aio.Channel] = {}
         self._server: grpc.aio.Server | None = None
         self.address: str | None = None
 
@@ -149,18 +158,20 @@ class RpcService:
         """A proxy for the endpoint `endpoint` at `address`, typed as `protocol`."""
         return proxy_class(protocol)(self, address, endpoint)
 
-    def channel(self, address: str) -> grpc.aio.Channel:
-        """One shared channel per remote process."""
-        channel = self._channels.get(address)
+    def channel(self, address: str, server_name: str | None = None) -> grpc.aio.Channel:
+        """One shared channel per remote process; its certificate must name the host
+        dialed, or `server_name`."""
+        channel = self._channels.get((address, server_name))
         if channel is None:
+            named = [("grpc.ssl_target_name_override", server_name)] if server_name else []
             channel = grpc.aio.secure_channel(address, self.security.channel_credentials(), options=[
-                *self._options,
+                *self._options, *named,
                 # A restarted peer must be reachable again quickly.
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 2000),
             ])
-            self._channels[address] = channel
+            self._channels[(address, server_name)] = channel
         return channel
 
     async def _handle(self, endpoint_name: str, method_name: str, request: bytes,
@@ -173,10 +184,14 @@ class RpcService:
             method = gateway_methods(protocol).get(method_name)
             if method is None:
                 raise UnknownEndpoint(f"{endpoint_name} has no method {method_name!r}")
+            role = _caller_role(context)
+            if not may_call(protocol, role, method_name):
+                raise Forbidden(f"a caller of role {role or 'unknown'} may not call "
+                                f"{endpoint_name}.{method_name}")
             message = codec.decode(request, method.request_type)
             result = await getattr(endpoint, method_name)(message)
             return codec.encode(result)
-        except (MalformedMessage, StaleCall, UnknownEndpoint, NotFound) as error:
+        except (MalformedMessage, StaleCall, UnknownEndpoint, NotFound, Forbidden) as error:
             # The caller's mistake, not ours: its status code, no traceback.
             log.info("refused %s.%s: %s", endpoint_name, method_name, error)
             await context.abort(status_of(error), str(error))

@@ -3,6 +3,9 @@ travel between TaskExecutors, with mutual TLS on both sides (the cluster's certi
 
 Receiver-initiated: a consumer's DoGet names one subpartition (wire.SubpartitionRequest);
 the server streams its batches, and the end of the stream is the end of the partition.
+A request is served only with the JobMaster's ticket for that subpartition (security.
+partition_ticket; else the error kind "Forbidden"): the TaskExecutors' certificate alone,
+which the code of every job's tasks can read, opens nothing.
 A subpartition that ends before any batch is a stream with an empty schema.
 
 Flight sends a stream's schema before its first batch, and a client cannot cancel a
@@ -24,7 +27,7 @@ import time
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.security import TASKEXECUTOR_NAME, ClusterSecurity
 from taskexecutor.network.errors import (PartitionException, PartitionFailed,
                                          PartitionNotFound, PartitionNotReady,
                                          PartitionReleased)
@@ -39,7 +42,7 @@ log = logging.getLogger(__name__)
 class DataServer(flight.FlightServerBase):
     """Serves the subpartitions of `manager` over Flight DoGet. A client without the
     cluster's certificate is refused during the TLS handshake. `security`'s certificate
-    must name the advertised host (ClusterSecurity.for_host): clients check it.
+    must name TASKEXECUTOR_NAME (the TaskExecutors' one): clients check it.
 
     Listens from construction on. `serve()` starts a background thread that waits in
     Flight's serve loop and returns at once; `shutdown()` (any thread) closes the open
@@ -147,6 +150,10 @@ class DataServer(flight.FlightServerBase):
                 if time.monotonic() >= deadline or self._stopped(context):
                     raise PartitionNotFound(f"{pid} is not registered at the TaskExecutor "
                                             f"at {self.address}") from None
+        if not partition.admits(sub, request.ticket):
+            log.warning("refused %s: not the JobMaster's ticket for it", request)
+            raise server_error("Forbidden", f"{request}: the ticket is not the JobMaster's "
+                                            f"for it")
         while True:
             try:
                 reader = partition.create_reader(sub)
@@ -204,15 +211,21 @@ class DataServer(flight.FlightServerBase):
 
     # ------------------------------------------------------------ reader tracking
 
+    @staticmethod
+    def _parking_key(request: SubpartitionRequest) -> tuple:
+        """With the ticket: a request without the one that parked a reader cannot take
+        it over, nor cancel it."""
+        return request.partition_id, request.subpartition, request.ticket
+
     def _park(self, request: SubpartitionRequest, reader: SubpartitionReader) -> None:
-        key = (request.partition_id, request.subpartition)
+        key = self._parking_key(request)
         with self._lock:
             if reader in self._readers:
                 self._parked[key] = (reader, time.monotonic())
 
     def _unpark(self, request: SubpartitionRequest) -> SubpartitionReader | None:
         with self._lock:
-            parked = self._parked.pop((request.partition_id, request.subpartition), None)
+            parked = self._parked.pop(self._parking_key(request), None)
         return None if parked is None else parked[0]
 
     def _forget(self, reader: SubpartitionReader) -> None:
@@ -262,7 +275,7 @@ class DataClientPool:
                 client = self._clients[address] = flight.FlightClient(
                     f"grpc+tls://{address}", tls_root_certs=self._security.ca,
                     cert_chain=self._security.cert, private_key=self._security.key,
-                    generic_options=self._grpc_options)
+                    override_hostname=TASKEXECUTOR_NAME, generic_options=self._grpc_options)
             return client
 
     def close(self) -> None:

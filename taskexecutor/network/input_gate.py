@@ -118,7 +118,8 @@ class RemoteInputChannel(InputChannel):
     """A partition of another TaskExecutor, read with a Flight DoGet through the shared
     client pool. `locate()` returns the producer TaskExecutor's data address "host:port";
     it is called before each request until the partition is found there (it may block;
-    close() does not interrupt it).
+    close() does not interrupt it). `ticket`: the JobMaster's for this subpartition
+    (security.partition_ticket), without which the producer serves nothing.
     Requests are long polls of up to `poll_wait` seconds (see flight.py), so close()
     takes effect within about that long while the partition is missing or has no data
     yet, and at once during the stream; either way the server then closes its reader.
@@ -126,9 +127,10 @@ class RemoteInputChannel(InputChannel):
 
     def __init__(self, pool: DataClientPool, locate: Callable[[], str],
                  partition_id: ResultPartitionID, subpartition: int, timeout: float,
-                 *, poll_wait: float = 0.5) -> None:
+                 *, ticket: bytes, poll_wait: float = 0.5) -> None:
         super().__init__(partition_id, subpartition, timeout)
         self._pool = pool
+        self._ticket = ticket
         self._locate = locate
         self._poll_wait = poll_wait
         self._stream = None
@@ -166,7 +168,8 @@ class RemoteInputChannel(InputChannel):
             # Once registered, the partition may take as long as its producer needs.
             wait = self._poll_wait if parked_at else max(
                 0.0, min(self._poll_wait, deadline - time.monotonic()))
-            request = SubpartitionRequest.of(self.partition_id, self.subpartition, wait)
+            request = SubpartitionRequest.of(self.partition_id, self.subpartition, self._ticket,
+                                             wait)
             try:
                 stream = self._pool.client(address).do_get(flight.Ticket(request.encode()))
             except pa.ArrowException as failure:
@@ -194,7 +197,7 @@ class RemoteInputChannel(InputChannel):
     def _cancel(self, address: str) -> None:
         """Tells the server to drop the reader it keeps for us (best effort: it drops
         it anyway when we stop polling)."""
-        body = SubpartitionRequest.of(self.partition_id, self.subpartition).encode()
+        body = SubpartitionRequest.of(self.partition_id, self.subpartition, self._ticket).encode()
         try:
             list(self._pool.client(address).do_action(
                 flight.Action(CANCEL_ACTION, body), flight.FlightCallOptions(timeout=2)))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from flinkyarn.rpc.security import ticket_admits
 from taskexecutor.network.errors import PartitionNotFound
 from taskexecutor.network.subpartition import (BlockingSubpartition, PipelinedSubpartition,
                                                SubpartitionReader)
@@ -57,7 +58,10 @@ class ResultPartition:
     """
 
     def __init__(self, partition_id: ResultPartitionID, partition_type: str,
-                 num_subpartitions: int, spill_dir: Path, max_buffered_bytes: int) -> None:
+                 num_subpartitions: int, spill_dir: Path, max_buffered_bytes: int,
+                 data_key: bytes = b"") -> None:
+        """`data_key`: the job's (security.partition_ticket); the data server serves a
+        subpartition only against the ticket made with it, so without one, to nobody."""
         partition_type = str(getattr(partition_type, "value", partition_type))
         if partition_type not in PARTITION_TYPES:
             raise ValueError(f"{partition_id}: unknown partition type {partition_type!r}; "
@@ -66,6 +70,7 @@ class ResultPartition:
             raise ValueError(f"{partition_id} needs at least one subpartition")
         self.partition_id = partition_id
         self.partition_type = partition_type
+        self.data_key = data_key
         self.num_subpartitions = num_subpartitions
         self.max_buffered_bytes = max_buffered_bytes
         self._lock = threading.Lock()
@@ -162,6 +167,12 @@ class ResultPartition:
             raise IndexError(f"{self.partition_id} has no subpartition {index}; it has "
                              f"{self.num_subpartitions}")
         return self._subpartitions[index]
+
+    def admits(self, subpartition: int, ticket: bytes) -> bool:
+        """Whether `ticket` is the JobMaster's for reading `subpartition` remotely."""
+        pid = self.partition_id
+        return ticket_admits(self.data_key, ticket, pid.job_id, pid.result_id,
+                             pid.partition_number, subpartition)
 
     def __repr__(self) -> str:
         return (f"ResultPartition({self.partition_id}, {self.partition_type}, "

@@ -24,13 +24,15 @@ _ERRORS = {cls.__name__: cls for cls in
 
 
 class SubpartitionRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Subpartition `subpartition` of a partition; the server may wait up to `wait`
-    seconds for it to be registered and to have data before answering."""
+    """Subpartition `subpartition` of a partition, with the JobMaster's ticket for it
+    (security.partition_ticket); the server may wait up to `wait` seconds for it to be
+    registered and to have data before answering."""
 
     job_id: str
     result_id: str
     partition_number: int
     subpartition: int
+    ticket: bytes = b""
     wait: float = 0.0
 
     @property
@@ -38,10 +40,10 @@ class SubpartitionRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
         return ResultPartitionID(self.job_id, self.result_id, self.partition_number)
 
     @classmethod
-    def of(cls, partition_id: ResultPartitionID, subpartition: int,
+    def of(cls, partition_id: ResultPartitionID, subpartition: int, ticket: bytes,
            wait: float = 0.0) -> "SubpartitionRequest":
         return cls(partition_id.job_id, partition_id.result_id, partition_id.partition_number,
-                   subpartition, wait)
+                   subpartition, ticket, wait)
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self)

@@ -12,6 +12,7 @@ import cloudpickle
 import pytest
 
 from flinkyarn.configuration import Configuration
+from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity
 from tests.local import jobs
 from yarn_client.local_cluster import LocalCluster
 
@@ -37,6 +38,12 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition", poll: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(poll)
+
+
+def task_executor_security(cluster: LocalCluster) -> ClusterSecurity:
+    """The certificate every TaskExecutor of `cluster` has (role taskexecutor): what a
+    test uses to make a TaskExecutor's calls."""
+    return ClusterSecurity.load(cluster.security.directory / TASKEXECUTOR_DIR)
 
 
 @pytest.fixture

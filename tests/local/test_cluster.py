@@ -14,7 +14,7 @@ from flinkyarn.gateways.resource_manager import DisconnectTaskExecutor, Resource
 from flinkyarn.job import JobBuilder
 from flinkyarn.rpc.service import RpcService
 from tests.local import jobs
-from tests.local.conftest import task_executor_process, wait_for
+from tests.local.conftest import task_executor_process, task_executor_security, wait_for
 from yarn_client.rest_client import RestError
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")
@@ -242,7 +242,7 @@ def test_task_executor_that_loses_only_its_resource_manager_registers_again_and_
     async def drop_connection():
         # What the ResourceManager does on its side of a network partition: it forgets
         # the TaskExecutor and stops sending heartbeats. The JobMaster still reaches it.
-        rpc = RpcService(cluster.security)
+        rpc = RpcService(task_executor_security(cluster))
         try:
             await rpc.connect(cluster.rpc_address, "resourcemanager", ResourceManagerGateway) \
                 .disconnect_task_executor(DisconnectTaskExecutor(resource_id, "partitioned"))

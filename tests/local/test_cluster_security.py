@@ -14,6 +14,7 @@ import threading
 import urllib.parse
 import urllib.request
 
+import cloudpickle
 import grpc
 import pytest
 from cryptography import x509
@@ -21,6 +22,7 @@ from cryptography import x509
 from flinkyarn.gateways.dispatcher import DispatcherGateway, JobQuery
 from flinkyarn.gateways.resource_manager import RegisterTaskExecutor, ResourceManagerGateway
 from flinkyarn.ids import new_id
+from flinkyarn.job import JobBuilder
 from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc import codec
@@ -28,7 +30,11 @@ from flinkyarn.rpc.errors import NotFound, Unreachable
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
+from tests.local import intruder, jobs
+from tests.local.conftest import task_executor_security, wait_for
 from yarn_client.rest_client import RestClient, RestError
+
+TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 
 
 @pytest.fixture
@@ -140,7 +146,8 @@ def test_garbled_and_invalid_submissions_are_refused_and_change_nothing(cluster)
 
 def test_garbled_control_plane_message_is_refused_and_changes_nothing(cluster):
     async def send_garbage():
-        rpc = RpcService(cluster.security)
+        # The TaskExecutors' certificate: the role that may register one.
+        rpc = RpcService(task_executor_security(cluster))
         try:
             call = rpc.channel(cluster.rpc_address).unary_unary(
                 "/resourcemanager/register_task_executor")
@@ -183,3 +190,32 @@ def test_oversized_submission_is_refused(start_cluster):
         cluster.rest.submit(big)
     assert error.value.status == 413
     assert cluster.rest.jobs().jobs == []
+
+
+def test_a_tasks_code_cannot_act_as_the_client_with_what_its_task_executor_holds(cluster, folder):
+    """Issue 12, finding 7: code running in a task has its TaskExecutor's files: the
+    TaskExecutors' certificate only (no authority key, no client certificate), which the
+    REST API refuses (403) and the Dispatcher's submit and cancel refuse (PERMISSION_
+    DENIED); the other job runs on, the cluster serves on."""
+    cloudpickle.register_pickle_by_value(intruder)
+    victim = JobBuilder("victim")
+    victim.add_vertex("waits", jobs.wait_for_go(folder), parallelism=1)
+    victim_id = cluster.rest.submit(victim.build())
+    wait_for(lambda: jobs.markers(folder, "started"), 60, "the victim to run")
+
+    attack = JobBuilder("intruder")
+    attack.add_vertex("tries", intruder.try_the_keys(
+        cluster.rest.address, cluster.rpc_address, victim_id, str(folder)), parallelism=1)
+    attack_id = cluster.rest.submit(attack.build())
+    details = wait_for(lambda: (d := cluster.rest.job(attack_id)).status in TERMINAL and d,
+                       90, "the intruder's job to end")
+
+    assert intruder.read_report(str(folder)) == intruder.EXPECTED
+    assert details.status == "FINISHED", details.failure_cause
+    assert cluster.rest.job(victim_id).status == "RUNNING"
+    assert [j.name for j in cluster.rest.jobs().jobs if j.name == "intruder's"] == []
+    jobs.go(folder)
+    wait_for(lambda: cluster.rest.job(victim_id).status == "FINISHED", 60, "the victim to finish")
+    log = cluster.log_file.read_text()
+    assert "refused GET /jobs from a caller of role taskexecutor" in log
+    assert "may not call dispatcher.cancel_job" in log

@@ -15,13 +15,15 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity, partition_ticket
 from taskexecutor.network import (DataClientPool, DataServer, InputGate, PartitionFailed,
                                   PartitionNotFound, PartitionReleased, RemoteInputChannel,
                                   ResultPartition, ResultPartitionID, ResultPartitionManager,
                                   make_partitioner)
+from taskexecutor.network.wire import SubpartitionRequest
 
 REPO = Path(__file__).resolve().parents[2]
+DATA_KEY = bytes(range(32))  # the job's, as its JobMaster would make it
 
 
 def make_batch(i: int, rows: int = 500) -> pa.RecordBatch:
@@ -44,7 +46,7 @@ from taskexecutor.network import (DataServer, ResultPartition, ResultPartitionID
                                   ResultPartitionManager)
 
 manager = ResultPartitionManager()
-security = ClusterSecurity.load(Path(sys.argv[1])).for_host("127.0.0.1", Path(sys.argv[3]))
+security = ClusterSecurity.load(Path(sys.argv[1]))
 server = DataServer(manager, security, "127.0.0.1")
 server.serve()
 print(json.dumps({"address": server.address}), flush=True)
@@ -56,7 +58,7 @@ for line in sys.stdin:
         if op == "register":
             partitions[result] = ResultPartition(
                 ResultPartitionID("job", result, 0), command["type"], command["subpartitions"],
-                Path(sys.argv[2]), command.get("bound", 1 << 20))
+                Path(sys.argv[2]), command.get("bound", 1 << 20), bytes.fromhex(sys.argv[3]))
             manager.register(partitions[result])
         elif op == "emit":
             for i in range(command["first"], command["first"] + command["count"]):
@@ -75,14 +77,14 @@ server.shutdown()
 
 class ProducerProcess:
     """A separate Python process with a ResultPartitionManager and a DataServer, driven
-    by JSON commands on its stdin. It issues its own certificate from the cluster's files
-    into `own_dir`, as a TaskExecutor does."""
+    by JSON commands on its stdin. It has the TaskExecutors' certificate, as a
+    TaskExecutor does, and its partitions the job's DATA_KEY."""
 
-    def __init__(self, cluster_files: ClusterSecurity, spill_dir: Path, own_dir: Path) -> None:
+    def __init__(self, cluster_files: ClusterSecurity, spill_dir: Path) -> None:
         script = "import pyarrow as pa\n" + inspect.getsource(make_batch) + PRODUCER_LOOP
         self.process = subprocess.Popen(
-            [sys.executable, "-c", script, str(cluster_files.directory), str(spill_dir),
-             str(own_dir)],
+            [sys.executable, "-c", script, str(cluster_files.directory / TASKEXECUTOR_DIR),
+             str(spill_dir), DATA_KEY.hex()],
             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.address = json.loads(self.process.stdout.readline())["address"]
 
@@ -107,15 +109,14 @@ def cluster_files(tmp_path) -> ClusterSecurity:
 
 
 @pytest.fixture
-def security(cluster_files, tmp_path) -> ClusterSecurity:
-    """This process's own certificate, as a TaskExecutor on 127.0.0.1 has."""
-    return cluster_files.for_host("127.0.0.1", tmp_path / "process")
+def security(cluster_files) -> ClusterSecurity:
+    """The TaskExecutors' certificate, as every TaskExecutor has it."""
+    return ClusterSecurity.load(cluster_files.directory / TASKEXECUTOR_DIR)
 
 
 @pytest.fixture
 def producer_process(cluster_files, tmp_path):
-    producer = ProducerProcess(cluster_files, tmp_path / "producer-spill",
-                               tmp_path / "producer-security")
+    producer = ProducerProcess(cluster_files, tmp_path / "producer-spill")
     yield producer
     producer.stop()
 
@@ -142,9 +143,22 @@ def pid(result: str = "result") -> ResultPartitionID:
     return ResultPartitionID("job", result, 0)
 
 
+def ticket(result: str = "result", subpartition: int = 0) -> bytes:
+    """The JobMaster's ticket for reading `subpartition` of pid(result)."""
+    return partition_ticket(DATA_KEY, "job", result, 0, subpartition)
+
+
+def keyed_partition(partition_type: str, subpartitions: int, spill_dir: Path, bound: int,
+              result: str = "result") -> ResultPartition:
+    return ResultPartition(pid(result), partition_type, subpartitions, spill_dir, bound,
+                           data_key=DATA_KEY)
+
+
 def remote(pool, address: str, subpartition: int = 0, result: str = "result",
-           timeout: float = 10.0) -> RemoteInputChannel:
-    return RemoteInputChannel(pool, lambda: address, pid(result), subpartition, timeout)
+           timeout: float = 10.0, with_ticket: bytes | None = None) -> RemoteInputChannel:
+    return RemoteInputChannel(pool, lambda: address, pid(result), subpartition, timeout,
+                              ticket=ticket(result, subpartition) if with_ticket is None
+                              else with_ticket)
 
 
 def read_table(channel: RemoteInputChannel) -> pa.Table:
@@ -195,7 +209,7 @@ def test_hash_partitioned_rows_arrive_exactly(manager, server, pool, tmp_path, p
     """Hash routing emits slices of one reordered batch; each travels as just its rows."""
     rows = pa.record_batch({"key": [f"key-{i % 13}" for i in range(5000)], "v": list(range(5000))})
     routed = make_partitioner("hash", 3, ("key",)).route(rows)
-    partition = ResultPartition(pid(), partition_type, 3, tmp_path, 1 << 20)
+    partition = keyed_partition(partition_type, 3, tmp_path, 1 << 20)
     manager.register(partition)
     for sub, part in routed:
         partition.emit(sub, part)
@@ -213,7 +227,7 @@ def test_a_failed_partition_surfaces_its_failure_message_at_the_consumer(produce
 
 
 def test_a_failure_in_the_middle_of_a_stream_ends_it_with_the_message(manager, server, pool, tmp_path):
-    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, 1 << 20)
+    partition = keyed_partition("pipelined", 1, tmp_path, 1 << 20)
     manager.register(partition)
     partition.emit(0, make_batch(0))
     batches = remote(pool, server.address).read()
@@ -225,7 +239,7 @@ def test_a_failure_in_the_middle_of_a_stream_ends_it_with_the_message(manager, s
 
 def test_a_client_without_the_cluster_certificate_is_refused(manager, server, pool, security,
                                                            tmp_path):
-    partition = ResultPartition(pid(), "blocking", 1, tmp_path, 1)
+    partition = keyed_partition("blocking", 1, tmp_path, 1)
     manager.register(partition)
     partition.emit(0, make_batch(0))
     partition.finish()
@@ -253,11 +267,43 @@ def test_a_client_without_the_cluster_certificate_is_refused(manager, server, po
     assert read_table(remote(pool, server.address)).equals(expected(0, 1))
 
 
+def test_a_subpartition_is_served_only_with_the_job_masters_ticket_for_it(manager, server, pool,
+                                                                          tmp_path):
+    """All TaskExecutors share a certificate, which the code of any job's tasks can read:
+    without the ticket the JobMaster gave the consumer, it reads nothing, not even a
+    reader parked for the rightful consumer."""
+    partition = keyed_partition("pipelined", 2, tmp_path, 1 << 20)
+    manager.register(partition)
+    rightful = remote(pool, server.address, 0, timeout=30)
+    polling = threading.Thread(target=lambda: rightful_rows.append(read_table(rightful)))
+    rightful_rows: list[pa.Table] = []
+    polling.start()  # parks a reader for subpartition 0: there is no data yet
+    other_key = partition_ticket(b"another job's key".ljust(32, b"-"), "job", "result", 0, 0)
+    forged = {"no ticket": b"", "another job's key": other_key,
+              "subpartition 1's": ticket("result", 1), "garbage": b"\x00" * 32}
+    for name, wrong in forged.items():
+        with pytest.raises(PartitionFailed, match="ticket is not the JobMaster's"):
+            list(remote(pool, server.address, 0, with_ticket=wrong).read())
+    partition.emit(0, make_batch(0))
+    partition.emit(1, make_batch(1))
+    partition.finish()
+    polling.join(30)
+    assert [t.equals(expected(0, 1)) for t in rightful_rows] == [True]
+    assert read_table(remote(pool, server.address, 1)).equals(expected(1, 1))
+    # A partition made without the job's key is served to nobody.
+    keyless = ResultPartition(pid("keyless"), "blocking", 1, tmp_path / "keyless", 1)
+    manager.register(keyless)
+    keyless.finish()
+    with pytest.raises(PartitionFailed, match="ticket is not the JobMaster's"):
+        list(remote(pool, server.address, 0, "keyless", with_ticket=b"").read())
+
+
 def test_a_server_whose_certificate_names_another_host_is_refused(manager, pool, cluster_files,
                                                                   tmp_path):
-    """Consumers check the name: a data server of the cluster whose certificate names
-    another host is unreachable from a consumer dialing 127.0.0.1."""
-    partition = ResultPartition(pid(), "blocking", 1, tmp_path, 1)
+    """Consumers check the name: a data server of the cluster whose certificate does not
+    name the TaskExecutors (TASKEXECUTOR_NAME; here one of the AppMaster's kind, naming
+    another host) is unreachable."""
+    partition = keyed_partition("blocking", 1, tmp_path, 1)
     manager.register(partition)
     partition.emit(0, make_batch(0))
     partition.finish()
@@ -270,7 +316,7 @@ def test_a_server_whose_certificate_names_another_host_is_refused(manager, pool,
 def test_backpressure_across_flight_keeps_the_producers_buffer_bounded(manager, server, pool, tmp_path):
     bound = 256 * 1024
     big = pa.record_batch({"x": pa.array(range(8192), pa.int64())})  # 64 KiB
-    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, bound)
+    partition = keyed_partition("pipelined", 1, tmp_path, bound)
     manager.register(partition)
     emitted, consumed, max_buffered = [0], [0], [0]
     done = threading.Event()
@@ -322,8 +368,8 @@ def test_a_malformed_ticket_gets_a_clear_error(server, pool):
 
 
 def test_closing_a_gate_cancels_remote_reads_and_frees_the_producer(manager, server, pool, tmp_path):
-    waiting = ResultPartition(pid("waiting"), "pipelined", 1, tmp_path, 1024)
-    streaming = ResultPartition(pid("streaming"), "pipelined", 1, tmp_path, 1024)
+    waiting = keyed_partition("pipelined", 1, tmp_path, 1024, "waiting")
+    streaming = keyed_partition("pipelined", 1, tmp_path, 1024, "streaming")
     for partition in (waiting, streaming):
         manager.register(partition)
     streaming.emit(0, make_batch(0))
@@ -358,13 +404,13 @@ def test_closing_a_gate_cancels_remote_reads_and_frees_the_producer(manager, ser
 
 def test_a_consumer_that_stops_polling_lets_go_of_its_subpartition(manager, security, pool,
                                                                   tmp_path):
-    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, 0)
+    partition = keyed_partition("pipelined", 1, tmp_path, 0)
     manager.register(partition)
     with DataServer(manager, security, "127.0.0.1", park_timeout=0.3) as server:
-        ticket = flight.Ticket(b'{"job_id":"job","result_id":"result","partition_number":0,'
-                               b'"subpartition":0,"wait":0.1}')
+        request = SubpartitionRequest.of(pid(), 0, ticket(), wait=0.1)
         with pytest.raises(flight.FlightServerError, match="has no data yet"):
-            pool.client(server.address).do_get(ticket)  # the server now holds a reader
+            # the server now holds a reader
+            pool.client(server.address).do_get(flight.Ticket(request.encode()))
         partition.emit(0, make_batch(0))
         blocked = threading.Thread(target=partition.emit, args=(0, make_batch(1)), daemon=True)
         blocked.start()
@@ -375,7 +421,7 @@ def test_a_consumer_that_stops_polling_lets_go_of_its_subpartition(manager, secu
 
 
 def test_shutting_the_server_down_ends_its_streams(manager, security, pool, tmp_path):
-    partition = ResultPartition(pid(), "pipelined", 1, tmp_path, 1 << 20)
+    partition = keyed_partition("pipelined", 1, tmp_path, 1 << 20)
     manager.register(partition)
     partition.emit(0, make_batch(0))
     server = DataServer(manager, security, "127.0.0.1")

@@ -9,12 +9,12 @@ import grpc
 import msgspec
 import pytest
 
-from flinkyarn.gateways import ACK, Ack
+from flinkyarn.gateways import ACK, Ack, callable_by
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
-from flinkyarn.rpc.errors import (MessageTooLarge, StaleCall, UnknownEndpoint,
+from flinkyarn.rpc.errors import (Forbidden, MessageTooLarge, StaleCall, UnknownEndpoint,
                                   Unreachable)
-from flinkyarn.rpc.security import ClusterSecurity
+from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 
 
@@ -28,6 +28,7 @@ class Total(msgspec.Struct, frozen=True):
     value: int
 
 
+@callable_by(client=frozenset({"ping"}))
 class CounterGateway(Protocol):
     async def add(self, request: Add) -> Total:
         ...
@@ -96,14 +97,29 @@ def test_call_round_trip_changes_state_on_the_endpoint(security):
     run(scenario)
 
 
-def test_the_submitting_clients_certificate_reaches_a_process_of_its_cluster(cluster_files,
-                                                                            security):
+def test_each_caller_may_call_only_what_its_gateway_grants_its_role(cluster_files, security):
+    """The AppMaster's certificate may call everything; the client's reaches the process
+    but only the methods granted to role client (ping); the TaskExecutors' none here.
+    A refused call changes nothing."""
+    executors = ClusterSecurity.load(cluster_files.directory / TASKEXECUTOR_DIR)
+
     async def scenario():
         server, counter, task = await serve(security)
-        client = RpcService(cluster_files)
-        gateway = client.connect(server.address, "counter", CounterGateway)
-        assert await gateway.add(Add("leader-2", 5)) == Total(5)
-        await shutdown(server, counter, task, client)
+        clients = {role: RpcService(files) for role, files in
+                   (("appmaster", security), ("client", cluster_files),
+                    ("taskexecutor", executors))}
+        gateways = {role: client.connect(server.address, "counter", CounterGateway)
+                    for role, client in clients.items()}
+        assert await gateways["client"].ping(ACK) == ACK
+        for role in ("client", "taskexecutor"):
+            with pytest.raises(Forbidden, match=f"a caller of role {role} may not call "
+                                                f"counter.add"):
+                await gateways[role].add(Add("leader-2", 5))
+        with pytest.raises(Forbidden, match="counter.ping"):
+            await gateways["taskexecutor"].ping(ACK)
+        assert counter.value == 0
+        assert await gateways["appmaster"].add(Add("leader-2", 5)) == Total(5)
+        await shutdown(server, counter, task, *clients.values())
     run(scenario)
 
 

@@ -12,7 +12,8 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from flinkyarn.rpc.security import FILES, ClusterSecurity
+from flinkyarn.rpc.security import (FILES, TASKEXECUTOR_DIR, TASKEXECUTOR_NAME, ClusterSecurity,
+                                     role_of)
 
 YEAR = datetime.timedelta(days=365)
 
@@ -41,10 +42,27 @@ def cluster(tmp_path) -> ClusterSecurity:
 
 def test_generate_writes_every_shipped_file_readable_by_its_owner_only(cluster, tmp_path):
     assert set(FILES) == {"ca.pem", "ca-key.pem", "cert.pem", "key.pem"}
-    assert sorted(p.name for p in (tmp_path / "cluster").iterdir()) == sorted(FILES)
-    assert mode(tmp_path / "cluster") == 0o700
-    for name in FILES:
-        assert mode(tmp_path / "cluster" / name) == 0o600, name
+    assert sorted(p.name for p in (tmp_path / "cluster").iterdir()) == sorted(
+        [*FILES, TASKEXECUTOR_DIR])
+    executors = tmp_path / "cluster" / TASKEXECUTOR_DIR
+    assert sorted(p.name for p in executors.iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+    for folder in (tmp_path / "cluster", executors):
+        assert mode(folder) == 0o700
+        for path in folder.iterdir():
+            assert path.is_dir() or mode(path) == 0o600, path
+
+
+def test_each_role_has_its_own_certificate_with_the_role_in_it(cluster, tmp_path):
+    """The client's, the AppMaster's (issued at its start) and the TaskExecutors' (named
+    for TASKEXECUTOR_NAME, with no authority key beside it)."""
+    executors = ClusterSecurity.load(tmp_path / "cluster" / TASKEXECUTOR_DIR)
+    appmaster = ClusterSecurity.load(tmp_path / "cluster").for_host("10.0.0.5", tmp_path / "am")
+    assert (cluster.role, appmaster.role, executors.role) == ("client", "appmaster", "taskexecutor")
+    assert executors.ca_key is None and executors.ca == cluster.ca
+    assert names(executors.cert) == ([TASKEXECUTOR_NAME], [])
+    certificate(executors.cert).verify_directly_issued_by(certificate(cluster.ca))
+    assert len({cluster.key, appmaster.key, executors.key}) == 3
+    assert role_of(b"not a certificate") is None
 
 
 def test_the_authority_lasts_ten_years_and_the_client_certificate_as_long(cluster):

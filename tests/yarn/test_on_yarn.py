@@ -19,13 +19,14 @@ from flinkyarn.connectors.filesystems import resolve
 from flinkyarn.hadoop import site_properties
 from flinkyarn.job import JobBuilder
 from tests import browser
-from tests.local import jobs
+from tests.local import intruder, jobs
 from tests.local.conftest import wait_for
 from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
 
 cloudpickle.register_pickle_by_value(jobs)
+cloudpickle.register_pickle_by_value(intruder)
 REPO = Path(__file__).resolve().parents[2]
 
 TAG = f"flinkyarn-test-{uuid.uuid4().hex[:8]}"
@@ -224,3 +225,56 @@ def test_detached_per_job_returns_at_once_and_the_job_runs_to_the_end():
     assert f"runs in {app['id']}" in result.stderr
     report = yarn_cluster.wait_for_end(app["id"], timeout=180)
     assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+
+
+def test_a_tasks_code_has_no_keys_to_the_session_and_a_stuck_cancel_ends_its_container(
+        shared_folder):
+    """Issue 12 on YARN. Finding 7: a TaskExecutor container holds only the TaskExecutors'
+    certificate; code of a task, with it, is refused by the REST API and the
+    Dispatcher, and the job it attacks runs on. Finding 2: a task that ignores its
+    cancellation fails its TaskExecutor after task.cancellation.timeout: the job ends
+    CANCELED, the container ends, and the next job runs in a new one."""
+    conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
+                                         "taskmanager.numberOfTaskSlots": "2",
+                                         "task.cancellation.interval": "1 s",
+                                         "task.cancellation.timeout": "5 s"})
+    deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,))).deploy("session")
+    rest, app_id = deployment.rest, deployment.app_id
+    try:
+        victim_folder, stuck_folder, after = (jobs.join(shared_folder, name)
+                                              for name in ("victim", "stuck", "after"))
+        for folder in (victim_folder, stuck_folder, after):
+            jobs.make_folder(folder)
+        victim = rest.submit(waiting_job("victim", victim_folder, 1))
+        wait_for(lambda: jobs.markers(victim_folder, "started"), 180, "the victim running")
+        attack = JobBuilder("intruder")
+        attack.add_vertex("tries", intruder.try_the_keys(
+            rest.address, "skein-kv:flinkyarn.rpc_address", victim, shared_folder),
+            parallelism=1)
+        attack_id = rest.submit(attack.build())
+        wait_for(lambda: rest.job(attack_id).status in ("FINISHED", "FAILED"), 120,
+                 "the intruder's job to end")
+        assert intruder.read_report(shared_folder) == intruder.EXPECTED
+        assert rest.job(attack_id).status == "FINISHED", rest.job(attack_id).failure_cause
+        assert rest.job(victim).status == "RUNNING"
+        jobs.go(victim_folder)
+        wait_for(lambda: rest.job(victim).status == "FINISHED", 60, "the victim to finish")
+
+        stuck = JobBuilder("stuck")
+        stuck.add_vertex("sleeps", jobs.ignores_cancellation(stuck_folder), parallelism=1)
+        stuck_id = rest.submit(stuck.build())
+        wait_for(lambda: jobs.markers(stuck_folder, "started"), 120, "the stuck task running")
+        [holder] = [te.resource_id for te in rest.overview().task_executors
+                    if any(s.job_id == stuck_id for s in te.slots)]
+        rest.cancel(stuck_id)
+        wait_for(lambda: rest.job(stuck_id).status == "CANCELED", 60, "the stuck job canceled")
+        wait_for(lambda: holder not in {te.resource_id for te in rest.overview().task_executors},
+                 60, "the stuck TaskExecutor gone")
+        jobs.go(after)
+        next_id = rest.submit(waiting_job("after", after, 1))
+        wait_for(lambda: rest.job(next_id).status == "FINISHED", 180, "the next job")
+        logs = flinkyarn("logs", app_id)
+        assert logs.returncode == 0, logs.stderr
+        assert "did not stop within 5 s" in logs.stdout
+    finally:
+        flinkyarn("session", "stop", app_id)

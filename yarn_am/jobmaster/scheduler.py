@@ -75,6 +75,7 @@ drop every pending restart: a restart_due for it afterwards returns nothing.
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -84,6 +85,7 @@ from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID,
                            IntermediateDataSetID, JobVertexID, ResourceID)
 from flinkyarn.jobgraph import DistributionPattern, JobGraph, ResultPartitionType, ScheduleMode
 from flinkyarn.resources import UNKNOWN, ResourceProfile
+from flinkyarn.rpc.security import partition_ticket
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.execution_graph import (DEPLOYMENT_CHAIN, ExecutionGraph,
                                                ExecutionState, ExecutionVertex,
@@ -272,8 +274,12 @@ class Scheduler:
 
     def __init__(self, execution_graph: ExecutionGraph,
                  failover: str | FailoverStrategy = "full",
-                 restart_strategy: RestartBackoffTimeStrategy | None = None) -> None:
+                 restart_strategy: RestartBackoffTimeStrategy | None = None,
+                 data_key: bytes | None = None) -> None:
         self._graph = execution_graph
+        # The job's data-plane key (security.partition_ticket): producers get it, each
+        # consumer the tickets of what it reads.
+        self._data_key = data_key or secrets.token_bytes(32)
         self._failover = (failover_strategy.create(failover) if isinstance(failover, str)
                           else failover)
         self._failover.validate(execution_graph)
@@ -568,15 +574,21 @@ class Scheduler:
             subtask_index=vertex.id.subtask_index, parallelism=job_vertex.parallelism,
             attempt_number=execution.attempt_number, allocation_id=slot.allocation_id,
             resource_id=slot.resource_id, invokable=job_vertex.invokable,
-            consumed_partitions=list(
-                ConsumedPartition(p.result.id, p.result.producer, p.partition_number,
-                                  p.result.partition_type, p.subpartition_of(vertex.id))
-                for p in vertex.consumed_partitions),
+            consumed_partitions=[self._consumed(p, vertex.id) for p in vertex.consumed_partitions],
             produced_partitions=list(
                 ProducedPartition(p.result.id, p.result.partition_type, len(p.consumers),
                                   p.result.consumer)
-                for p in vertex.produced_partitions))
+                for p in vertex.produced_partitions),
+            data_key=self._data_key if vertex.produced_partitions else b"")
         return DeployTask(descriptor, slot.task_executor_address)
+
+    def _consumed(self, partition, consumer: ExecutionVertexID) -> ConsumedPartition:
+        subpartition = partition.subpartition_of(consumer)
+        return ConsumedPartition(
+            partition.result.id, partition.result.producer, partition.partition_number,
+            partition.result.partition_type, subpartition,
+            partition_ticket(self._data_key, self._graph.job_id, partition.result.id,
+                             partition.partition_number, subpartition))
 
     def _fail_tasks(self, evids: list[ExecutionVertexID], error: str,
                     now: float) -> list[Command]:

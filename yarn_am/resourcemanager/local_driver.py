@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 class LocalProcessDriver:
     def __init__(self, security_dir: Path, log_dir: Path, properties: dict[str, str],
                  stop_grace: float = 5.0) -> None:
+        """`security_dir`: the TaskExecutors' files (security.TASKEXECUTOR_DIR of the
+        client's), all that a TaskExecutor gets."""
         self._security_dir = security_dir
         self._log_dir = log_dir
         self._properties = properties
