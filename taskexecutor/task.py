@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 import cloudpickle
 
+from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.job_master import OutputChunk, PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
 
@@ -148,8 +149,6 @@ class Task:
             if self._cancelled.is_set():
                 self._report(self, TaskState.CANCELED, None)
             else:
-                detail = "".join(traceback.format_exception(error)[-6:])
-                self._report(self, TaskState.FAILED,
-                             f"{type(error).__name__}: {error} (in task {name})\n{detail}")
+                self._report(self, TaskState.FAILED, failure_cause(error, task=name))
         else:
             self._report(self, TaskState.FINISHED, None)

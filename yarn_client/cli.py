@@ -87,8 +87,12 @@ class LocalTargetExecutor:
 
 def _print_result(result: JobResult) -> None:
     line = f"Job {result.job_id} {result.status} in {result.duration:.1f} s"
-    if result.failure_cause:
-        line += f"\n  cause: {result.failure_cause.strip()}"
+    cause = (result.failure_cause or "").strip()
+    if cause:
+        # A cause is a summary line, then where it happened and what it chains
+        # (flinkyarn/failures.py): those lines go under the summary, not at the margin.
+        summary, *details = cause.splitlines()
+        line += "\n  cause: " + "\n".join([summary, *(f"    {d}" for d in details)])
     click.echo(line)
 
 

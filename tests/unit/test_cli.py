@@ -1,7 +1,8 @@
 from click.testing import CliRunner
 
 import flinkyarn
-from yarn_client.cli import cli
+from flinkyarn.environment import JobResult
+from yarn_client.cli import _print_result, cli
 
 
 def test_version():
@@ -26,3 +27,16 @@ def test_python_options_are_checked_before_anything_is_done(tmp_path):
     half = CliRunner().invoke(cli, ["run", "-t", "yarn-per-job", "-pyarch", str(archive),
                                     str(program)])
     assert half.exit_code == 2 and "-pyexec" in half.output, half.output
+
+
+def test_a_failure_cause_of_many_lines_is_printed_under_its_summary(capsys):
+    cause = ("boom (1/1) failed: ValueError: bad row 7 (in task boom (1/1) #1)\n"
+             '  File "/home/user/job.py", line 3, in parse\n'
+             "caused by: KeyError: 'id'\n")
+    _print_result(JobResult("j1", "FAILED", cause, 1.5))
+
+    assert capsys.readouterr().out == (
+        "Job j1 FAILED in 1.5 s\n"
+        "  cause: boom (1/1) failed: ValueError: bad row 7 (in task boom (1/1) #1)\n"
+        '      File "/home/user/job.py", line 3, in parse\n'
+        "    caused by: KeyError: 'id'\n")
