@@ -2,7 +2,8 @@
 
 A JobVertex is one task type run at some parallelism; a JobEdge connects a producer
 vertex to a consumer vertex through an intermediate data set. User code travels as
-cloudpickled bytes, only ever unpickled inside a TaskExecutor.
+cloudpickled bytes, only ever unpickled inside a TaskExecutor; so what the client
+and the JobMaster must know about the job's file outputs travels in `outputs`.
 """
 
 from __future__ import annotations
@@ -75,6 +76,46 @@ class JobEdge(msgspec.Struct, frozen=True):
     key_columns: list[str] = []
 
 
+class OutputMode(str, enum.Enum):
+    """What a file sink does with a folder that already has content (Flink's WriteMode).
+    NO_OVERWRITE: the client refuses to submit the job. OVERWRITE: the job writes into
+    a staging folder that replaces the target when the job finishes."""
+
+    NO_OVERWRITE = "no_overwrite"
+    OVERWRITE = "overwrite"
+
+
+def output_mode(value: OutputMode | str) -> OutputMode:
+    """`value` as an OutputMode; ValueError naming the allowed values if it is none."""
+    try:
+        return OutputMode(value)
+    except ValueError:
+        raise ValueError(f"unknown mode {value!r}; one of "
+                         f"{', '.join(repr(m.value) for m in OutputMode)}") from None
+
+
+class FileOutput(msgspec.Struct, frozen=True):
+    """A folder of part files the job writes (see flinkyarn.connectors.outputs): the
+    client checks it before submitting; for OVERWRITE the JobMaster swaps `staging` in
+    when the job finishes and deletes it when the job fails or is canceled."""
+
+    path: str                  # the target folder, as the sink has it (absolute or a URL)
+    format: str                # "parquet", "csv": names the call in messages (write_<format>)
+    mode: OutputMode = OutputMode.NO_OVERWRITE
+    # OVERWRITE only: the hidden sibling of `path` the sink's subtasks write into.
+    staging: str | None = None
+
+
+class OutputExistsError(Exception):
+    """A NO_OVERWRITE output already has content (flinkyarn.connectors.outputs.check),
+    so the job is not submitted: a usage error (`flinkyarn run` exits 2)."""
+
+    def __init__(self, output: FileOutput, what: str) -> None:
+        super().__init__(f"output {output.path} {what}; write_{output.format}(..., "
+                         f"mode=\"overwrite\") replaces it")
+        self.output = output
+
+
 class JobGraph(msgspec.Struct, frozen=True):
     job_id: JobID
     name: str
@@ -83,6 +124,8 @@ class JobGraph(msgspec.Struct, frozen=True):
     schedule_mode: ScheduleMode = ScheduleMode.EAGER
     # The job's own fault-tolerance settings (options.is_job_option), over the cluster's.
     configuration: dict[str, str] = {}
+    # The file sinks' folders, one per sink (filled by the pipeline's JobGraph builder).
+    outputs: list[FileOutput] = []
 
     def validate(self) -> None:
         """Raises ValueError naming what is wrong: the JobMaster never sees a bad graph."""
@@ -103,6 +146,15 @@ class JobGraph(msgspec.Struct, frozen=True):
             if edge.source == edge.target:
                 raise InvalidJobGraph(f"job {self.name!r}: vertex {edge.source} feeds itself")
         self.topological_order()  # raises on a cycle
+        paths = set()
+        for output in self.outputs:
+            if output.path.rstrip("/") in paths:
+                raise InvalidJobGraph(f"job {self.name!r} writes {output.path} twice: two "
+                                      f"sinks would replace each other's part files")
+            paths.add(output.path.rstrip("/"))
+            if (output.mode is OutputMode.OVERWRITE) != (output.staging is not None):
+                raise InvalidJobGraph(f"output {output.path}: a staging folder goes with "
+                                      f"mode overwrite and only with it")
 
     def vertex(self, vertex_id: JobVertexID) -> JobVertex:
         for vertex in self.vertices:

@@ -1,7 +1,8 @@
 """The `flinkyarn` command.
 
 Exit codes: 0 the job(s) finished; 1 a job failed or was canceled, or the program
-failed; 2 a usage error (unknown option, bad -D value, missing file).
+failed; 2 a usage error (unknown option, bad -D value, missing file, an output folder
+that exists and is not empty in mode "no_overwrite": that job is not submitted).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from flinkyarn import kerberos, options
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
 from flinkyarn.hadoop import HadoopConfigError
-from flinkyarn.jobgraph import InvalidJobGraph, JobGraph
+from flinkyarn.jobgraph import InvalidJobGraph, JobGraph, OutputExistsError
 from yarn_client import yarn_cluster
 from yarn_client.executors import ClusterExecutor
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
@@ -61,7 +62,10 @@ class LocalTargetExecutor:
         self._executor: ClusterExecutor | None = None
 
     def execute(self, graph: JobGraph) -> JobResult:
+        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
+
         options.check_job_graph(graph, self.cluster.conf)  # before a cluster is started
+        outputs.check(graph.outputs)
         if self._executor is None:
             click.echo("starting a local cluster ...", err=True)
             self._executor = ClusterExecutor(self.cluster.start())
@@ -334,6 +338,9 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
         code = 1
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except OutputExistsError as error:
+        click.echo(f"error: {error}", err=True)
+        code = 2
     except (ClusterStartError, YarnDeploymentError, RestError, ShippingError,
             HadoopConfigError, InvalidJobGraph, ConfigurationError) as error:
         click.echo(f"error: {error}", err=True)

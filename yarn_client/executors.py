@@ -128,5 +128,8 @@ class StandaloneLocalExecutor:
     """For plain `python pipeline.py`: a local cluster for each job."""
 
     def execute(self, graph: JobGraph) -> JobResult:
+        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
+
+        outputs.check(graph.outputs)  # OutputExistsError before a cluster is started
         with LocalCluster(Configuration.load()) as cluster:
             return ClusterExecutor(cluster.rest).execute(graph)

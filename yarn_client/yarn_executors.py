@@ -6,6 +6,7 @@ import sys
 import time
 from typing import Mapping, TextIO
 
+from flinkyarn import kerberos
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
 from flinkyarn.jobgraph import JobGraph
@@ -33,6 +34,11 @@ class PerJobExecutor:
 
     def execute(self, graph: JobGraph) -> JobResult:
         start = time.monotonic()
+        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
+
+        if graph.outputs:
+            kerberos.client_login(self.descriptor.conf)  # HDFS is asked as the submitter
+        outputs.check(graph.outputs)  # OutputExistsError before an application exists
         deployment = self.descriptor.deploy("per-job", graph)
         self.applications.append(deployment.app_id)
         self.rest = deployment.rest
@@ -97,6 +103,9 @@ class SessionExecutor:
         self.results: list[JobResult] = []
 
     def execute(self, graph: JobGraph) -> JobResult:
+        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
+
+        outputs.check(graph.outputs)  # OutputExistsError before the job is submitted
         print(f"submitting into session {self.app_id}", file=self.out, flush=True)
         result = self.executor.execute(graph)
         self.results.append(result)

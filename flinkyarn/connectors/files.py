@@ -19,6 +19,15 @@ attempt replaces the part file of an earlier one. A subtask that received no bat
 writes an empty file only if it knows the schema (the `schema` argument); `close()`
 after a failure removes the in-progress file. Sinks emit nothing.
 
+Write modes (Flink's WriteMode; flinkyarn.connectors.outputs has the details). With
+mode "no_overwrite", the default, a job whose folder exists and is not empty (or is a
+file) is refused by the client before anything runs, so the part files of two runs
+never mix. With mode "overwrite" the subtasks write into a hidden sibling staging
+folder (`.<name>.staging-<random>`, named when the sink is made), which the JobMaster
+swaps in for the folder when the job finishes and deletes when it fails or is canceled:
+the folder then has exactly the new run's part files, or, after a failure, exactly what
+it had before. The sink tells the JobGraph about its folder through `file_output()`.
+
 All methods are called from the task thread only (see flinkyarn.pipeline.operator).
 """
 
@@ -34,7 +43,8 @@ import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from flinkyarn.connectors import filesystems
+from flinkyarn.connectors import filesystems, outputs
+from flinkyarn.jobgraph import FileOutput, OutputMode, output_mode
 from flinkyarn.pipeline.operator import Operator, OperatorContext, SourceOperator
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
@@ -234,16 +244,25 @@ class FileSink(Operator):
     format = "file"
     suffix = ""
 
-    def __init__(self, path: str | os.PathLike, schema: pa.Schema | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema | None = None,
+                 mode: OutputMode | str = OutputMode.NO_OVERWRITE) -> None:
+        """ValueError for an unknown `mode`, or "overwrite" of a filesystem's root."""
         self.path = filesystems.normalize(path)
         self.schema = schema
+        self.mode = output_mode(mode)
+        # Chosen here, on the client: the JobMaster learns it from file_output().
+        self.staging = (outputs.staging_folder(self.path)
+                        if self.mode is OutputMode.OVERWRITE else None)
         self.name = f"Sink: {self.format}({self.path})"
         self._writer = None
         self._pending = False
 
+    def file_output(self) -> FileOutput:
+        return FileOutput(self.path, self.format, self.mode, self.staging)
+
     def open(self, context: OperatorContext) -> None:
         super().open(context)
-        self._fs, folder = filesystems.resolve(self.path)
+        self._fs, folder = filesystems.resolve(self.staging or self.path)
         filesystems.ensure_folder(self._fs, folder)
         part = f"part-{context.subtask_index:05d}{self.suffix}"
         self.part_file = f"{folder.rstrip('/')}/{part}"

@@ -84,3 +84,23 @@ def replace(fs: pafs.FileSystem, source: str, target: str) -> None:
             fs.get_file_info(target).type != pafs.FileType.NotFound:
         fs.delete_file(target)
     fs.move(source, target)
+
+
+def rename(fs: pafs.FileSystem, source: str, target: str) -> None:
+    """Renames the file or folder `source` to `target`, which must not exist (on HDFS
+    a folder renamed onto an existing folder would move inside it). Raises OSError
+    naming both if afterwards `target` is missing or `source` is still there: WebHDFS
+    answers a failed rename with `false` instead of an error."""
+    fs.move(source, target)
+    after = fs.get_file_info([source, target])
+    if after[0].type != pafs.FileType.NotFound or after[1].type == pafs.FileType.NotFound:
+        raise OSError(f"renaming {source} to {target} failed")
+
+
+def delete(fs: pafs.FileSystem, path: str) -> None:
+    """Deletes the file or the folder (with its content) at `path`, if there is one."""
+    kind = fs.get_file_info(path).type
+    if kind == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    elif kind != pafs.FileType.NotFound:
+        fs.delete_file(path)

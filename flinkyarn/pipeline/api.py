@@ -24,6 +24,11 @@ scheduled lazily from the sources (pipelined regions); otherwise exchanges are p
 and every task is deployed at once. Data is Arrow: functions get and return
 pyarrow.RecordBatch.
 
+File outputs: write_parquet/write_csv refuse, before the job is submitted, a folder
+that exists and is not empty (mode="no_overwrite", the default, as Flink's
+NO_OVERWRITE); mode="overwrite" replaces its content when the job finishes and leaves
+it untouched when the job fails (see flinkyarn.connectors.outputs).
+
 Fault tolerance per job: `configuration={"restart-strategy.type": "fixed-delay", ...}`
 sets this job's failover and restart strategies over the cluster's (only
 jobmanager.execution.failover-strategy and restart-strategy.* keys; they are checked
@@ -49,7 +54,7 @@ import pyarrow as pa
 
 from flinkyarn import environment, options
 from flinkyarn.configuration import Configuration
-from flinkyarn.jobgraph import JobGraph
+from flinkyarn.jobgraph import JobGraph, output_mode
 from flinkyarn.pipeline.job_graph_builder import build_job_graph
 from flinkyarn.pipeline.operator import Operator, SourceOperator
 from flinkyarn.pipeline.operators import (Aggregation, FilterOperator, FlatMapOperator,
@@ -440,28 +445,32 @@ class DataStream:
 
     # ---- sinks --------------------------------------------------------------------------
 
-    def write_parquet(self, path: str, *, name: str | None = None,
+    def write_parquet(self, path: str, *, mode: str = "no_overwrite", name: str | None = None,
                       parallelism: int | None = None, slot_sharing_group: str | None = None,
                       uid: str | None = None, resources: ResourceProfile | None = None
                       ) -> DataStreamSink:
-        """Writes the stream as a folder of Parquet part files at `path`."""
+        """Writes the stream as a folder of Parquet part files at `path`. `mode`:
+        "no_overwrite" (a folder with content is refused before the job is submitted) or
+        "overwrite" (the job's output replaces the folder's content when it finishes)."""
         path = _check_path("write_parquet", path)
         self._pipeline._check_open("write_parquet")
         from flinkyarn.connectors.files import ParquetSink
-        return self.sink_to(ParquetSink(path), name=name, parallelism=parallelism,
-                            slot_sharing_group=slot_sharing_group, uid=uid,
-                            resources=resources)
+        return self.sink_to(_file_sink("write_parquet", ParquetSink, path, mode), name=name,
+                            parallelism=parallelism, slot_sharing_group=slot_sharing_group,
+                            uid=uid, resources=resources)
 
-    def write_csv(self, path: str, *, name: str | None = None, parallelism: int | None = None,
-                  slot_sharing_group: str | None = None, uid: str | None = None,
-                  resources: ResourceProfile | None = None) -> DataStreamSink:
-        """Writes the stream as a folder of CSV part files at `path`."""
+    def write_csv(self, path: str, *, mode: str = "no_overwrite", name: str | None = None,
+                  parallelism: int | None = None, slot_sharing_group: str | None = None,
+                  uid: str | None = None, resources: ResourceProfile | None = None
+                  ) -> DataStreamSink:
+        """Writes the stream as a folder of CSV part files at `path`; `mode` as for
+        write_parquet."""
         path = _check_path("write_csv", path)
         self._pipeline._check_open("write_csv")
         from flinkyarn.connectors.files import CsvSink
-        return self.sink_to(CsvSink(path), name=name, parallelism=parallelism,
-                            slot_sharing_group=slot_sharing_group, uid=uid,
-                            resources=resources)
+        return self.sink_to(_file_sink("write_csv", CsvSink, path, mode), name=name,
+                            parallelism=parallelism, slot_sharing_group=slot_sharing_group,
+                            uid=uid, resources=resources)
 
     def sink_to(self, sink: Operator, *, name: str | None = None,
                 parallelism: int | None = None, slot_sharing_group: str | None = None,
@@ -576,6 +585,13 @@ class DataStreamSink:
         self._pipeline._check_open("disable_chaining")
         self._node().chaining_strategy = ChainingStrategy.NEVER
         return self
+
+
+def _file_sink(what: str, sink_class: type, path: str, mode: str) -> Operator:
+    try:
+        return sink_class(path, mode=output_mode(mode))
+    except ValueError as error:
+        raise ValueError(f"{what}: {error}") from None
 
 
 def _chaining_strategy(value: ChainingStrategy | str) -> ChainingStrategy:

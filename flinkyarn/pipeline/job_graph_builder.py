@@ -202,7 +202,8 @@ def _distribution(graph: StreamGraph, edge: StreamEdge) -> DistributionPattern:
 def build_job_graph(graph: StreamGraph) -> JobGraph:
     """The JobGraph of `graph`, validated. Vertices in chain-head creation order (a
     topological order); edges grouped by producer in that order, each producer's in the
-    order of its StreamTaskSpec outputs."""
+    order of its StreamTaskSpec outputs; `outputs` are the operators' file_output()s, in
+    StreamNode order."""
     if not graph.nodes():
         raise ValueError(f"pipeline {graph.job_name!r} has no operators")
     for node in graph.nodes():
@@ -251,7 +252,10 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
     # them at once. So a streaming pipeline with a forced blocking() edge runs lazily.
     lazy = graph.batch_mode or any(e.partition_type is ResultPartitionType.BLOCKING
                                    for e in edges)
+    outputs = [output for node in graph.nodes()
+               if (output := node.operator.file_output()) is not None]
     job_graph = JobGraph(JobID(new_id()), graph.job_name, vertices, edges,
-                         ScheduleMode.LAZY_FROM_SOURCES if lazy else ScheduleMode.EAGER)
+                         ScheduleMode.LAZY_FROM_SOURCES if lazy else ScheduleMode.EAGER,
+                         outputs=outputs)
     job_graph.validate()
     return job_graph

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 import pyarrow as pa
 
+from flinkyarn.jobgraph import FileOutput
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -86,6 +88,12 @@ class Operator:
 
     def close(self) -> None:
         pass
+
+    def file_output(self) -> FileOutput | None:
+        """The folder this operator writes, if it is a file sink whose folder the client
+        checks and the JobMaster commits (see flinkyarn.connectors.outputs). Called on the
+        client when the JobGraph is built, never in a task."""
+        return None
 
 
 class SourceOperator(Operator):

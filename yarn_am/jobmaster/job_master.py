@@ -48,6 +48,8 @@ from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
 from yarn_am.jobmaster.job_output import JobOutput
+from yarn_am.jobmaster.output_commit import (STATUS_WHILE_FINISHING, finish_outputs,
+                                             has_staged_outputs)
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState, JobStatus, SlotInfo
 from yarn_am.jobmaster import restart_strategy
 from yarn_am.jobmaster.scheduler import Scheduler
@@ -131,6 +133,8 @@ class JobMaster(RpcEndpoint):
         self.start_time = time.time()
         self.end_time: float | None = None
         self._terminating = False
+        # Set while OVERWRITE outputs are committed or discarded, until the result is out.
+        self._status_while_finishing: JobStatus | None = None
         self.output = JobOutput()
         self.spark_application: tuple[str, str] | None = None  # (id, tracking URL)
 
@@ -159,7 +163,7 @@ class JobMaster(RpcEndpoint):
 
     @property
     def status(self) -> JobStatus:
-        return self.scheduler.job_status
+        return self._status_while_finishing or self.scheduler.job_status
 
     # --------------------------------------------------------- ResourceManager
 
@@ -402,7 +406,12 @@ class JobMaster(RpcEndpoint):
 
     async def _shut_down(self, status: JobStatus, cause: str | None) -> None:
         """Drops the job's partitions, gives every slot back, leaves the ResourceManager,
-        then reports the result."""
+        then reports the result. OVERWRITE outputs are committed or discarded first; a
+        failed commit fails the job (output_commit)."""
+        if has_staged_outputs(self.job_graph):
+            self._status_while_finishing = STATUS_WHILE_FINISHING[status]
+            status, cause = await finish_outputs(self.job_graph, status, cause,
+                                                 self.run_blocking)
         frees = [c for c in self.slot_pool.close(self._now()) if isinstance(c, sp.FreeSlot)]
         releases = [self._quietly(record.gateway.release_partitions(
             te.ReleasePartitions(self.job_master_id, self.job_id)))

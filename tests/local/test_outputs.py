@@ -1,0 +1,128 @@
+"""Write modes of file outputs on a local cluster of real processes: a second run into a
+folder with content is refused before anything starts; an overwrite replaces exactly
+the old run's part files when the job finishes and nothing when it fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cloudpickle
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flinkyarn import Pipeline
+from tests.local.conftest import FAST, processes_mentioning, wait_for
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+REPO = Path(__file__).resolve().parents[2]
+TERMINAL = ("FINISHED", "FAILED", "CANCELED")
+WIDE = {"taskmanager.numberOfTaskSlots": "4"}  # one TaskExecutor runs the wide job
+
+# argv: the output folder, the mode
+PROGRAM = """
+import sys
+
+import pyarrow as pa
+
+from flinkyarn import Pipeline
+
+
+def rows(subtask, parallelism):
+    yield pa.record_batch([pa.array([subtask], pa.int64())], names=["n"])
+
+
+p = Pipeline("outputs", parallelism=2)
+p.from_generator(rows).write_parquet(sys.argv[1], mode=sys.argv[2])
+p.execute()
+"""
+
+
+def flinkyarn_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    settings = [arg for key, value in FAST.items() for arg in ("-D", f"{key}={value}")]
+    result = subprocess.run(
+        [sys.executable, "-m", "yarn_client", "run", "-t", "local", *settings, str(program),
+         *args], capture_output=True, text=True, cwd=REPO,
+        env=dict(os.environ, TMPDIR=str(tmp_path)), timeout=180)
+    assert processes_mentioning(str(tmp_path)) == []
+    return result
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def old_run(out: Path, parts: int) -> dict[str, bytes]:
+    """The part files a run at parallelism `parts` would leave."""
+    out.mkdir()
+    for i in range(parts):
+        pq.write_table(pa.table({"n": pa.array([100 + i], pa.int64())}),
+                       out / f"part-{i:05d}.parquet")
+    return snapshot(out)
+
+
+def test_a_run_into_a_folder_with_content_exits_2_before_anything_starts(tmp_path):
+    out = tmp_path / "out"
+    before = old_run(out, parts=4)
+
+    result = flinkyarn_run(tmp_path, str(out), "no_overwrite")
+
+    assert result.returncode == 2, result.stderr
+    assert (f"error: output {out} exists and is not empty; "
+            f"write_parquet(..., mode=\"overwrite\") replaces it") in result.stderr
+    assert "starting a local cluster" not in result.stderr
+    assert "submitted job" not in result.stderr
+    assert snapshot(out) == before
+
+
+def rows(subtask, parallelism):
+    yield pa.record_batch([pa.array([subtask * 1000 + parallelism], pa.int64())], names=["n"])
+
+
+def rejected(batch):
+    raise ValueError("rejected by the test")
+
+
+def run(cluster, out: Path, parallelism: int, mode: str, fail: bool = False):
+    """The program's job, submitted straight to `cluster`; its details when it ended."""
+    p = Pipeline("outputs", parallelism=parallelism,
+                 configuration={"restart-strategy.type": "none"})
+    p.from_generator(rows).map(rejected if fail else (lambda batch: batch), name="check") \
+        .write_parquet(str(out), mode=mode)
+    job_id = cluster.rest.submit(p.job_graph())
+    return wait_for(lambda: (d := cluster.rest.job(job_id)).status in TERMINAL and d,
+                    120, "the job to end")
+
+
+def test_overwrite_replaces_a_wider_run_with_exactly_the_new_part_files(start_cluster, tmp_path):
+    cluster = start_cluster(**WIDE)
+    out = tmp_path / "out"
+    wide = run(cluster, out, 4, "no_overwrite")
+    assert wide.status == "FINISHED", wide.failure_cause
+    assert len(os.listdir(out)) == 4
+
+    details = run(cluster, out, 2, "overwrite")
+
+    assert details.status == "FINISHED", details.failure_cause
+    assert sorted(os.listdir(out)) == ["part-00000.parquet", "part-00001.parquet"]
+    assert sorted(pq.read_table(out).column("n").to_pylist()) == [2, 1002]
+    assert sorted(os.listdir(tmp_path)) == ["cluster-0", "out"]  # no staging, no old copy
+
+
+def test_a_failed_overwrite_leaves_the_old_content_and_no_staging_folder(start_cluster, tmp_path):
+    cluster = start_cluster(**WIDE)
+    out = tmp_path / "out"
+    assert run(cluster, out, 4, "no_overwrite").status == "FINISHED"
+    before = snapshot(out)
+
+    details = run(cluster, out, 2, "overwrite", fail=True)
+
+    assert details.status == "FAILED"
+    assert "ValueError: rejected by the test" in details.failure_cause
+    assert snapshot(out) == before
+    assert sorted(os.listdir(tmp_path)) == ["cluster-0", "out"]
