@@ -107,6 +107,17 @@ def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, tmp_p
     expected = collections.Counter(re.findall(r"[a-z0-9]+", corpus.read_text().lower()))
     assert dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist())) == expected
 
+    # Again into the same output: refused before anything is shipped or submitted.
+    again = flinkyarn("run", "-t", "yarn-per-job", *FAST, *SPREAD, "--tags", TAG,
+                      "examples/wordcount.py", "--input", f"{base}/in", "--output", f"{base}/out")
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert f"error: output {base}/out exists and is not empty" in again.stderr
+    assert "shipping" not in again.stderr and "submitted" not in again.stderr
+    every_state = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED",
+                   "FAILED", "KILLED")
+    assert [a["id"] for a in yarn_cluster.flinkyarn_applications(every_state, tag=TAG)] == \
+        [app["id"]]
+
     logs = application_logs(app["id"], "TaskExecutor taskexecutor-", 2)
     # The first TaskExecutor started with the AppMaster and was adopted; only the second
     # was asked of YARN by the ResourceManager.
