@@ -25,7 +25,7 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
 from flinkyarn.ids import JobID
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.endpoint import RpcEndpoint
-from flinkyarn.rpc.errors import NotFound
+from flinkyarn.rpc.errors import InvalidRequest, NotFound
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
 from yarn_am.jobmaster.job_output import JobOutput
@@ -68,7 +68,14 @@ class Dispatcher(RpcEndpoint):
                 record.job_master.stop()
 
     async def submit_job(self, request: SubmitJob) -> JobSubmitted:
-        graph = request.job_graph
+        try:
+            return await self._submit(request.job_graph)
+        except InvalidRequest:
+            raise
+        except ValueError as error:  # the job is refused (the gateway's contract)
+            raise InvalidRequest(str(error)) from None
+
+    async def _submit(self, graph: JobGraph) -> JobSubmitted:
         options.check_job_graph(graph, self._conf)
         if graph.job_id in self.jobs:
             raise ValueError(f"job {graph.job_id} was already submitted")

@@ -102,6 +102,10 @@ class RestServer:
             return _error(400, str(error))
         except web.HTTPRequestEntityTooLarge as error:
             return _error(413, f"request body too large: {error.text}")
+        except web.HTTPException as error:  # aiohttp's own: no such route, method not allowed
+            if error.status < 400:
+                raise
+            return _error(error.status, f"{error.reason}: {request.method} {request.path}")
 
     async def overview(self, request: web.Request) -> web.Response:
         return _json(await self._dispatcher.cluster_overview(ACK))

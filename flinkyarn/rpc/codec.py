@@ -26,6 +26,7 @@ def _decoder(kind: Any) -> msgspec.msgpack.Decoder:
 def decode(data: bytes, kind: Any) -> Any:
     try:
         return _decoder(kind).decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+    # msgspec lets invalid UTF-8 in a string through as UnicodeDecodeError.
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as error:
         name = getattr(kind, "__name__", str(kind))
         raise MalformedMessage(f"malformed {name}: {error}") from None

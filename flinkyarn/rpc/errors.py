@@ -13,6 +13,12 @@ class MalformedMessage(RpcError):
     """The receiver could not decode or validate the request; nothing was changed."""
 
 
+class InvalidRequest(RpcError, ValueError):
+    """The endpoint refused a well-formed request as invalid (a job graph it cannot run,
+    a job id it knows already, a job it is not the JobMaster of); nothing changed. Also a
+    ValueError, the refusal endpoints document."""
+
+
 class MessageTooLarge(RpcError):
     """The message exceeds rpc.max-message-size."""
 
@@ -59,6 +65,7 @@ _BY_STATUS = {
 
 _STATUS_OF = {
     MalformedMessage: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
     StaleCall: grpc.StatusCode.FAILED_PRECONDITION,
     UnknownEndpoint: grpc.StatusCode.UNIMPLEMENTED,
     NotFound: grpc.StatusCode.NOT_FOUND,

@@ -23,8 +23,8 @@ import grpc.aio
 
 from flinkyarn.rpc import codec
 from flinkyarn.gateways import may_call
-from flinkyarn.rpc.errors import (Forbidden, MalformedMessage, NotFound, RpcError, StaleCall,
-                                  UnknownEndpoint, from_grpc, status_of)
+from flinkyarn.rpc.errors import (Forbidden, InvalidRequest, MalformedMessage, NotFound,
+                                  RpcError, StaleCall, UnknownEndpoint, from_grpc, status_of)
 from flinkyarn.rpc.security import TASKEXECUTOR_NAME, ClusterSecurity, role_of
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,8 @@ class RpcService:
             message = codec.decode(request, method.request_type)
             result = await getattr(endpoint, method_name)(message)
             return codec.encode(result)
-        except (MalformedMessage, StaleCall, UnknownEndpoint, NotFound, Forbidden) as error:
+        except (MalformedMessage, InvalidRequest, StaleCall, UnknownEndpoint, NotFound,
+                Forbidden) as error:
             # The caller's mistake, not ours: its status code, no traceback.
             log.info("refused %s.%s: %s", endpoint_name, method_name, error)
             await context.abort(status_of(error), str(error))

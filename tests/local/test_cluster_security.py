@@ -219,3 +219,35 @@ def test_a_tasks_code_cannot_act_as_the_client_with_what_its_task_executor_holds
     log = cluster.log_file.read_text()
     assert "refused GET /jobs from a caller of role taskexecutor" in log
     assert "may not call dispatcher.cancel_job" in log
+
+
+def test_what_the_fuzz_found_is_refused_as_the_callers_mistake(cluster):
+    """Found by tests/robustness: each was INTERNAL with a traceback in the AppMaster's
+    log (or plain text over REST); each is the caller's mistake, answered as such."""
+    async def calls():
+        answers = {}
+        rpc = RpcService(cluster.security)
+        try:
+            dispatcher = rpc.channel(cluster.rpc_address)
+            for name, path, body in (
+                    ("invalid UTF-8", "/dispatcher/job_details", b"\x81\xa6job_id\xa1\x80"),
+                    ("invalid job graph", "/dispatcher/submit_job", codec.encode(
+                        {"job_graph": {"job_id": "x", "name": "", "vertices": []}}))):
+                with pytest.raises(grpc.aio.AioRpcError) as error:
+                    await dispatcher.unary_unary(path)(body, timeout=10)
+                answers[name] = (error.value.code(), error.value.details())
+        finally:
+            await rpc.stop()
+        return answers
+
+    answers = asyncio.run(calls())
+    assert answers["invalid UTF-8"][0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed JobQuery" in answers["invalid UTF-8"][1]
+    assert answers["invalid job graph"] == (grpc.StatusCode.INVALID_ARGUMENT,
+                                            "job '' has no vertices")
+    for method, path, status in (("GET", "/nope", 404), ("PUT", "/overview", 405)):
+        with pytest.raises(RestError) as error:
+            cluster.rest._request(method, path)
+        assert error.value.status == status
+        assert f"{method} {path}" in str(error.value)  # the JSON error, read by the client
+    assert "Traceback" not in cluster.log_file.read_text()

@@ -42,7 +42,7 @@ from flinkyarn.ids import JobMasterId, ResourceID, ResourceManagerId, new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
-from flinkyarn.rpc.errors import RemoteError, RpcError, Unreachable
+from flinkyarn.rpc.errors import InvalidRequest, NotFound, RemoteError, RpcError, Unreachable
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster import scheduler as sch
@@ -204,7 +204,8 @@ class JobMaster(RpcEndpoint):
 
     async def register_task_manager(self, request: RegisterTaskManager) -> TaskManagerRegistration:
         if request.job_id != self.job_id:
-            raise ValueError(f"this is the JobMaster of job {self.job_id}, not {request.job_id}")
+            raise InvalidRequest(f"this is the JobMaster of job {self.job_id}, not "
+                                 f"{request.job_id}")
         gateway = self.rpc.connect(request.address, "taskexecutor", te.TaskExecutorGateway)
         self.task_managers[request.resource_id] = TaskManagerRecord(
             request.resource_id, request.address, request.data_address, gateway)
@@ -239,9 +240,13 @@ class JobMaster(RpcEndpoint):
         consumer asks, then requests the data from that TaskExecutor)."""
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
         graph = self.scheduler.execution_graph
-        partitions = graph.result(request.result_id).partitions
+        try:
+            partitions = graph.result(request.result_id).partitions
+        except KeyError:
+            raise NotFound(f"job {self.job_id} has no result {request.result_id}") from None
         if not 0 <= request.partition_number < len(partitions):
-            raise ValueError(f"result {request.result_id} has no partition {request.partition_number}")
+            raise InvalidRequest(f"result {request.result_id} has no partition "
+                                 f"{request.partition_number}")
         vertex = graph.vertex(partitions[request.partition_number].producer)
         execution = vertex.current_execution
         if execution.state in (ExecutionState.FAILED, ExecutionState.CANCELED,
