@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,3 +38,97 @@ def skein_client(hadoop):
 
     with skein.Client(log=str(hadoop.logs / "skein-driver-tests.log")) as client:
         yield client
+
+
+# ------------------------------------------------ nothing of ours left after the session
+#
+# After the last test, the session fails if a process of ours still runs or a folder of
+# ours is left in the temporary folder. Ours: started during this session, and marked
+# with SESSION_MARK in its environment (every process a test starts inherits it; an
+# orphan keeps it) or running in a YARN container (a container gets its environment
+# from YARN, not from us). So processes and folders of other sessions on the machine,
+# and the local Hadoop's daemons, never count.
+
+SESSION_MARK = "FLINKYARN_TEST_SESSION"
+OUR_MODULES = ("yarn_am", "taskexecutor")   # and submodules: -m taskexecutor.pyspark_launcher
+SPARK_JVM = "org.apache.spark."             # the main class of a JVM that pyspark starts
+OUR_FOLDERS = "flinkyarn-*"                 # flinkyarn/scratch.py, yarn_client/: mkdtemp prefixes
+LEFTOVER_GRACE = 10.0                       # seconds for processes in their shutdown to end
+
+
+@dataclass(frozen=True)
+class _Process:
+    pid: int
+    started: int          # clock ticks after boot: a pid reused later has another
+    argv: list[str]
+    environ: dict[str, str]
+
+    def is_ours_kind(self) -> bool:
+        modules = [self.argv[i + 1] for i, arg in enumerate(self.argv[:-1]) if arg == "-m"]
+        return any(m.split(".")[0] in OUR_MODULES for m in modules) or \
+            any(arg.startswith(SPARK_JVM) for arg in self.argv)
+
+
+def _processes() -> list[_Process]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+            if fields[0] == "Z":
+                continue
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            variables = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+            environ = dict(item.partition("=")[::2] for item in variables if item)
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile, or not ours to read
+        found.append(_Process(int(proc.name), int(fields[19]), argv, environ))
+    return found
+
+
+_before = pytest.StashKey[tuple[str, Path, set[tuple[int, int]], set[Path]]]()
+"""The session's mark, the temporary folder, and the processes and folders before it."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    token = uuid.uuid4().hex
+    os.environ[SESSION_MARK] = token
+    temp = Path(tempfile.gettempdir())
+    session.config.stash[_before] = (
+        token, temp, {(p.pid, p.started) for p in _processes()}, set(temp.glob(OUR_FOLDERS)))
+
+
+def _leftovers(session: pytest.Session) -> list[str]:
+    token, temp, processes_before, folders_before = session.config.stash[_before]
+    processes = _processes()
+    ours = [p for p in processes if p.is_ours_kind() and (p.pid, p.started) not in processes_before
+            and (p.environ.get(SESSION_MARK) == token
+                 or (SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ))]
+    # A folder that a live process not of this session names (argv, TMPDIR) is its own.
+    elsewhere = " ".join(" ".join(p.argv) + " " + p.environ.get("TMPDIR", "") for p in processes
+                         if p.environ.get(SESSION_MARK) != token)
+    folders = [f for f in set(temp.glob(OUR_FOLDERS)) - folders_before if str(f) not in elsewhere]
+    return [f"process {p.pid}: {' '.join(p.argv)}" for p in ours] + \
+        [f"in {temp}: {f.name}" for f in sorted(folders)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _before not in session.config.stash:
+        return
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    while (left := _leftovers(session)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = (f"the tests left {len(left)} process(es) or folder(s) of ours behind "
+               f"(still there {LEFTOVER_GRACE:g} s after the last test):\n  " + "\n  ".join(left))
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_sep("=", "left behind", red=True)
+        reporter.write_line(message)
+    else:
+        print(message, file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
