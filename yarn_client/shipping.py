@@ -80,6 +80,20 @@ class Shipment:
     def uploaded_bytes(self) -> int:
         return sum(f.uploaded_bytes for f in self.files.values())
 
+    # What each role localizes: only what it runs. YARN links a resource once per
+    # container, so one archive under two names (python.archives naming the shipped
+    # environment itself) would leave one of the names missing.
+
+    def master_files(self) -> dict[str, Localized]:
+        """The AppMaster's: the shipped environment it runs and the code."""
+        return {name: f for name, f in self.files.items() if name in (ENVIRONMENT_DIR, CODE_DIR)}
+
+    def executor_files(self) -> dict[str, Localized]:
+        """A TaskExecutor's: the code, the user's archives, and the shipped environment
+        only when the TaskExecutors run it (no python.executable of their own)."""
+        return {name: f for name, f in self.files.items()
+                if name != ENVIRONMENT_DIR or self.python == self.runtime_python}
+
 
 # ----------------------------------------------------------------- the staging area
 

@@ -215,8 +215,9 @@ class YarnClusterDescriptor:
 
             files = localized(TASKEXECUTOR_STAGED)
             master_files = localized({name: name for name in APPMASTER_FILES})
-            for role_files in (files, master_files):
-                role_files.update({name: f.skein_file() for name, f in shipment.files.items()})
+            for role_files, shipped in ((files, shipment.executor_files()),
+                                        (master_files, shipment.master_files())):
+                role_files.update({name: f.skein_file() for name, f in shipped.items()})
                 for extra in extras:
                     role_files[extra.name] = str(extra.resolve())
             if keytab is not None:  # the AppMaster's alone: the TaskExecutors get tokens
@@ -255,7 +256,8 @@ class YarnClusterDescriptor:
             shutil.rmtree(work, ignore_errors=True)
             if credentials is not None and not up:  # nothing submitted, or it was killed
                 staging.remove_quietly(credentials)
-        return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security")),
+        return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security"),
+                                             timeout=self.conf.get(options.CLIENT_TIMEOUT)),
                           dashboard, phases, tokens)
 
     def _keytab(self) -> Path | None:
@@ -381,7 +383,8 @@ def connect(app_id: str, conf: Configuration | None = None) -> RestClient:
     if not (target / "cluster.json").is_file():
         _fetch_application(app_id, target, conf)
     info = json.loads((target / "cluster.json").read_text())
-    return RestClient(info["rest_address"], ClusterSecurity.load(target / "security"))
+    return RestClient(info["rest_address"], ClusterSecurity.load(target / "security"),
+                      timeout=conf.get(options.CLIENT_TIMEOUT))
 
 
 def _fetch_application(app_id: str, target: Path, conf: Configuration) -> None:

@@ -172,3 +172,20 @@ def test_containers_bind_the_host_yarn_put_them_on_whatever_the_client_says():
     assert "-D jobmanager.rpc.address=$NM_HOST" in master and "edge" not in master
     assert "-D rest.address=$NM_HOST" in master
     assert "heartbeat.timeout=20 s" in worker and "heartbeat.timeout=20 s" in master
+
+
+def test_each_role_localizes_only_what_it_runs():
+    """YARN links a resource once per container: python.archives naming the shipped
+    environment itself must not give one container the same archive under two names."""
+    from yarn_client.shipping import CODE_DIR, ENVIRONMENT_DIR, Localized, Shipment
+
+    environment = "hdfs:///user/u/.flinkyarn/cache/environment-1.tar"
+    shipment = Shipment(files={
+        "prepared": Localized("prepared", environment, "archive", "private"),
+        ENVIRONMENT_DIR: Localized(ENVIRONMENT_DIR, environment, "archive", "private"),
+        CODE_DIR: Localized(CODE_DIR, "hdfs:///code.tar.gz", "archive", "private")},
+        python="./prepared/bin/python", runtime_python=f"./{ENVIRONMENT_DIR}/bin/python")
+    assert sorted(shipment.master_files()) == sorted([ENVIRONMENT_DIR, CODE_DIR])
+    assert sorted(shipment.executor_files()) == sorted(["prepared", CODE_DIR])
+    shipment.python = shipment.runtime_python  # no python.executable: the shipped one
+    assert sorted(shipment.executor_files()) == sorted(["prepared", ENVIRONMENT_DIR, CODE_DIR])
