@@ -18,7 +18,6 @@ import base64
 import functools
 import hashlib
 import os
-import tempfile
 import threading
 import uuid
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from fsspec.implementations.webhdfs import WebHDFS
 
-from flinkyarn import hadoop
+from flinkyarn import hadoop, scratch
 
 TOKEN_FILE_VARIABLE = "HADOOP_TOKEN_FILE_LOCATION"
 HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
@@ -304,8 +303,7 @@ def client_login(conf) -> None:
     if keytab:
         principal = conf.get(options.SECURITY_KERBEROS_PRINCIPAL)
         digest = hashlib.sha256(f"{keytab}\0{principal}".encode()).hexdigest()[:16]
-        home = Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
-        login(os.path.expanduser(keytab), principal, home / "tickets" / f"krb5cc-{digest}")
+        login(os.path.expanduser(keytab), principal, _client_home() / "tickets" / f"krb5cc-{digest}")
         return
     if not conf.get(options.SECURITY_KERBEROS_USE_TICKET_CACHE):
         raise KerberosError("the Hadoop cluster is secure (Kerberos) and "
@@ -344,6 +342,11 @@ def first_line(error: Exception) -> str:
     return text[0] if text else error.__class__.__name__
 
 
+def _client_home() -> Path:
+    """The client's own folder (FLINKYARN_HOME, else ~/.flinkyarn)."""
+    return Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
+
+
 # ------------------------------------------------------------------------ TLS
 
 
@@ -358,10 +361,16 @@ def ca_bundle(directory: Path | None = None) -> str | bool:
 
 
 def _pem_of_truststore(location: str, password_text: str) -> str:
-    """The truststore's certificates as a PEM file of their own (made again if a
-    process's scratch folder, where temporary files go, was removed meanwhile)."""
+    """The truststore's certificates as a PEM file of their own: in the process's own
+    temporary folder where it has one (TMPDIR: an AppMaster's or TaskExecutor's scratch,
+    which YARN removes, and their children's), else in the client's ~/.flinkyarn (not the
+    machine's shared temporary folder, where it would stay). Made again if its folder
+    was removed meanwhile."""
     pem = _truststore_pem(location, password_text)
-    target = Path(tempfile.gettempdir()) / f"flinkyarn-ca-{hashlib.sha256(pem).hexdigest()[:16]}.pem"
+    own_temp = os.environ.get(scratch.TMPDIR_ENV)
+    folder = Path(own_temp) if own_temp else _client_home() / "truststores"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"flinkyarn-ca-{hashlib.sha256(pem).hexdigest()[:16]}.pem"
     if not target.exists():  # written whole under a name of its own, then renamed
         partial = target.with_name(f"{target.name}.{uuid.uuid4().hex}.partial")
         partial.write_bytes(pem)
