@@ -59,6 +59,7 @@ LEFTOVER_GRACE = 10.0                       # seconds for processes in their shu
 @dataclass(frozen=True)
 class _Process:
     pid: int
+    parent: int
     started: int          # clock ticks after boot: a pid reused later has another
     argv: list[str]
     environ: dict[str, str]
@@ -84,7 +85,7 @@ def _processes() -> list[_Process]:
             environ = dict(item.partition("=")[::2] for item in variables if item)
         except (OSError, IndexError, ValueError):
             continue  # ended meanwhile, or not ours to read
-        found.append(_Process(int(proc.name), int(fields[19]), argv, environ))
+        found.append(_Process(int(proc.name), int(fields[1]), int(fields[19]), argv, environ))
     return found
 
 
@@ -103,6 +104,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _leftovers(session: pytest.Session) -> list[str]:
     token, temp, processes_before, folders_before = session.config.stash[_before]
     processes = _processes()
+    # The Spark JVM of this very process (the in-process Spark of tests/local/test_spark_
+    # bridge.py: pyspark keeps its gateway until the interpreter exits) ends with it.
+    processes = [p for p in processes if not (p.parent == os.getpid()
+                                              and any(a.startswith(SPARK_JVM) for a in p.argv))]
     ours = [p for p in processes if p.is_ours_kind() and (p.pid, p.started) not in processes_before
             and (p.environ.get(SESSION_MARK) == token
                  or (SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ))]
@@ -110,8 +115,12 @@ def _leftovers(session: pytest.Session) -> list[str]:
     elsewhere = " ".join(" ".join(p.argv) + " " + p.environ.get("TMPDIR", "") for p in processes
                          if p.environ.get(SESSION_MARK) != token)
     folders = [f for f in set(temp.glob(OUR_FOLDERS)) - folders_before if str(f) not in elsewhere]
-    return [f"process {p.pid}: {' '.join(p.argv)}" for p in ours] + \
+    return [f"process {p.pid}: {_shortened(' '.join(p.argv))}" for p in ours] + \
         [f"in {temp}: {f.name}" for f in sorted(folders)]
+
+
+def _shortened(command: str, most: int = 300) -> str:
+    return command if len(command) <= most else f"{command[:most]} ..."
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
