@@ -16,6 +16,7 @@ The YAML file is read literally: values keep the text the user wrote (minus quot
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import os
 import re
@@ -28,6 +29,7 @@ from typing import Any, Generic, TypeVar
 import yaml
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 CONF_DIR_ENV = "FLINKYARN_CONF_DIR"
 CONF_FILE_NAME = "flinkyarn.yaml"
@@ -217,12 +219,14 @@ MEMORY_SIZE: OptionType[int] = OptionType(
 
 @dataclass(frozen=True, slots=True)
 class ConfigOption(Generic[T]):
-    """One option: its key, type, default (as a user would write it) and description."""
+    """One option: its key, type, default (as a user would write it) and description;
+    `deprecated_keys` are its former names, still read (with a warning)."""
 
     key: str
     type: OptionType[T]
     default: str
     description: str
+    deprecated_keys: tuple[str, ...] = ()
 
     def parse(self, text: str, source: str = "") -> T:
         """The typed value of `text`, or ConfigurationError naming this key (and `source`,
@@ -241,19 +245,36 @@ class ConfigOption(Generic[T]):
 
 
 _REGISTRY: dict[str, ConfigOption[Any]] = {}
+_DEPRECATED: dict[str, str] = {}  # a former key -> the key of its option now
 
 
-def option(key: str, type: OptionType[T], default: str, description: str) -> ConfigOption[T]:
+def option(key: str, type: OptionType[T], default: str, description: str,
+           deprecated_keys: tuple[str, ...] = ()) -> ConfigOption[T]:
     """Define an option and register it. Called at import time of `flinkyarn.options`.
 
-    Raises ConfigurationError if `key` is already registered or `default` does not parse.
+    Raises ConfigurationError if `key` (or a deprecated key) is already registered or
+    `default` does not parse.
     """
-    if key in _REGISTRY:
-        raise ConfigurationError(f"option {key!r} is registered twice")
-    defined = ConfigOption(key, type, default, description)
+    for name in (key, *deprecated_keys):
+        if name in _REGISTRY or name in _DEPRECATED:
+            raise ConfigurationError(f"option {name!r} is registered twice")
+    defined = ConfigOption(key, type, default, description, tuple(deprecated_keys))
     defined.default_value  # noqa: B018 - a default that does not parse is a bug; fail at import
     _REGISTRY[key] = defined
+    _DEPRECATED.update(dict.fromkeys(deprecated_keys, key))
     return defined
+
+
+def _renamed(raw: Mapping[str, str], where: str) -> dict[str, str]:
+    """`raw` with each deprecated key under its option's key now (a warning says so); the
+    current key wins when both are set."""
+    renamed = {key: value for key, value in raw.items() if key not in _DEPRECATED}
+    for old, value in raw.items():
+        new = _DEPRECATED.get(old)
+        if new is not None:
+            log.warning("option %r%s is deprecated: use %r", old, where, new)
+            renamed.setdefault(new, value)
+    return renamed
 
 
 def registered_options() -> Mapping[str, ConfigOption[Any]]:
@@ -282,8 +303,8 @@ class Configuration:
         """Raises ConfigurationError for an unknown key or a bad value; `source` (e.g.
         the file name) is named in the message."""
         options = registered_options()
-        self._raw: dict[str, str] = dict(raw or {})
         where = f" in {source}" if source else ""
+        self._raw: dict[str, str] = _renamed(raw or {}, where)
         for key in self._raw:
             if key not in options:
                 raise ConfigurationError(f"unknown option {key!r}{where}; {_suggest(key, options)}")

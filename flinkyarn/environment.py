@@ -1,9 +1,19 @@
-"""Where `execute()` sends a job: the executor the CLI installed, or, under plain
-`python`, a local cluster started for the job and stopped after it."""
+"""Where `execute()` sends a job: the executor the running command installed, or, under
+plain `python`, the one registered for that.
+
+The core knows no executor. A command of the client (`flinkyarn run`, `flinkyarn info`)
+`install()`s its executor around the program it runs. A program started as plain
+`python pipeline.py` has no command around it: `current_executor()` then makes one with
+the factory registered as entry point `local` of group `flinkyarn.executors` (setup.cfg
+registers the client's StandaloneLocalExecutor, a local cluster started for each job and
+stopped after it) -- as Flink's PipelineExecutorServiceLoader finds the executor
+factories of its client modules without the core depending on them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Protocol
 
 from flinkyarn.jobgraph import JobGraph
@@ -27,20 +37,37 @@ class JobExecutor(Protocol):
         ...
 
 
+EXECUTOR_ENTRY_POINTS = "flinkyarn.executors"
+DEFAULT_EXECUTOR = "local"  # the entry point a plain `python` run uses
+
+
+class NoExecutorError(RuntimeError):
+    """`execute()` was called with no executor installed and none registered."""
+
+
 _executor: JobExecutor | None = None
 
 
 def install(executor: JobExecutor | None) -> None:
+    """Makes `executor` the one `execute()` uses, until the next call (None: none)."""
     global _executor
     _executor = executor
 
 
 def current_executor() -> JobExecutor:
+    """The installed executor; else a new one from the factory registered as entry point
+    DEFAULT_EXECUTOR of group EXECUTOR_ENTRY_POINTS; else NoExecutorError."""
     if _executor is not None:
         return _executor
-    # Imported here: the core package does not depend on the client otherwise.
-    from yarn_client.executors import StandaloneLocalExecutor
-    return StandaloneLocalExecutor()
+    registered = entry_points(group=EXECUTOR_ENTRY_POINTS, name=DEFAULT_EXECUTOR)
+    if not registered:
+        raise NoExecutorError(
+            "no job executor: run the program with `flinkyarn run PROGRAM ARGS`, or install "
+            "flinkyarn (pip install -e .) so that a plain `python PROGRAM` finds the local "
+            f"executor it registers as entry point {DEFAULT_EXECUTOR!r} of group "
+            f"{EXECUTOR_ENTRY_POINTS!r}")
+    factory = next(iter(registered)).load()
+    return factory()
 
 
 _RUNTIME_PACKAGES = ("flinkyarn", "yarn_am", "yarn_client", "taskexecutor", "tests")

@@ -23,7 +23,8 @@ ExecutionAttemptID = NewType("ExecutionAttemptID", str)
 # Leader ids: a new one for every (re)start of the component, fencing its calls.
 ResourceManagerId = NewType("ResourceManagerId", str)
 JobMasterId = NewType("JobMasterId", str)
-# The ResourceManager's handle of one registration of a TaskExecutor.
+# The handle of one registration of a TaskExecutor, at the ResourceManager or at a
+# JobMaster: a new one for every registration, fencing the TaskExecutor's disconnect.
 InstanceID = NewType("InstanceID", str)
 
 
@@ -49,3 +50,14 @@ class ExecutionVertexID(msgspec.Struct, frozen=True, order=True):
 
     def __str__(self) -> str:
         return f"{self.vertex_id}#{self.subtask_index}"
+
+
+class IntermediateResultPartitionID(msgspec.Struct, frozen=True, order=True):
+    """Partition `partition_number` (its producer's subtask index) of intermediate
+    result `result_id`, within one job."""
+
+    result_id: IntermediateDataSetID
+    partition_number: int
+
+    def __str__(self) -> str:
+        return f"{self.result_id}#{self.partition_number}"

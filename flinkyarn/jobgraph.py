@@ -31,6 +31,17 @@ class ResultPartitionType(str, enum.Enum):
     BLOCKING = "blocking"
 
 
+class ShipStrategy(str, enum.Enum):
+    """How a producer subtask picks the subpartitions (consumer subtasks) of an edge that
+    a batch, or each row of it, goes to: Flink's ship strategy of a JobEdge, carried out
+    by taskexecutor.network.partitioner."""
+
+    FORWARD = "forward"      # one-to-one (round-robin over a pointwise fan-out)
+    REBALANCE = "rebalance"  # whole batches round-robin over all consumers
+    HASH = "hash"            # rows with equal key_columns values to the same consumer
+    BROADCAST = "broadcast"  # every batch to every consumer
+
+
 class ScheduleMode(str, enum.Enum):
     EAGER = "eager"                          # deploy every task at once (streaming)
     LAZY_FROM_SOURCES = "lazy_from_sources"  # sources first; consumers when inputs are done
@@ -50,7 +61,8 @@ class JobVertex(msgspec.Struct, frozen=True):
     id: JobVertexID
     name: str
     parallelism: int
-    # cloudpickled callable run by each subtask (see taskexecutor.task).
+    # Cloudpickled, run by each subtask: a pipeline's StreamTaskSpec, or a callable taking
+    # the task's context (see taskexecutor.task).
     invokable: bytes
     # Subtasks of vertices in the same group may share a slot; None: a slot of its own.
     slot_sharing_group: str | None = DEFAULT_SLOT_SHARING_GROUP
@@ -71,8 +83,8 @@ class JobEdge(msgspec.Struct, frozen=True):
     # Whether re-running the producer sends every record to the same consumer again
     # (hash, forward, broadcast: yes; rebalance, random: no). Region failover uses it.
     deterministic: bool = True
-    # How the producer picks subpartitions: forward, rebalance, hash, broadcast.
-    partitioner: str = "forward"
+    # How the producer picks subpartitions.
+    partitioner: ShipStrategy = ShipStrategy.FORWARD
     key_columns: list[str] = []
 
 

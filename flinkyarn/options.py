@@ -69,9 +69,10 @@ SLOT_IDLE_TIMEOUT = option(
 TASK_MANAGER_TIMEOUT = option(
     "resourcemanager.taskmanager-timeout", DURATION, "30 s",
     "A TaskExecutor whose slots have all been free for this long is released.")
-LOCAL_MAX_TASK_MANAGERS = option(
-    "resourcemanager.local.max-taskmanagers", integer(1), "8",
-    "The most TaskExecutors the local resource manager driver starts at once.")
+MAX_TASK_MANAGERS = option(
+    "resourcemanager.max-taskmanagers", integer(1), "8",
+    "The most TaskExecutors the ResourceManager runs at once, whatever starts them (local processes or YARN containers); it bounds the slots a job may need at once.",
+    deprecated_keys=("resourcemanager.local.max-taskmanagers",))
 
 # Registration of TaskExecutors and JobMasters at the ResourceManager
 TASK_MANAGER_REGISTRATION_TIMEOUT = option(
@@ -85,10 +86,10 @@ REGISTRATION_MAX_TIMEOUT = option(
     "Upper bound of the doubling registration attempt timeout.")
 REGISTRATION_ERROR_DELAY = option(
     "cluster.registration.error-delay", DURATION, "10 s",
-    "Pause before retrying a registration attempt that failed with an error.")
+    "Pause before retrying a registration at the ResourceManager whose attempt failed with an error (unreachable, or the call raised); a timed-out attempt is retried at once with a doubled timeout.")
 REGISTRATION_REFUSED_DELAY = option(
     "cluster.registration.refused-registration-delay", DURATION, "30 s",
-    "Pause before retrying a registration the ResourceManager refused.")
+    "Pause before retrying a registration the ResourceManager refused (it answered that the request is invalid, forbidden or stale).")
 
 # RPC (control plane)
 RPC_MAX_MESSAGE_SIZE = option(
@@ -143,7 +144,7 @@ REST_PORT = option(
     "Port of the JobManager's REST endpoint; 0 picks any free port.")
 CLIENT_TIMEOUT = option(
     "client.timeout", DURATION, "60 s",
-    "Timeout of one call from the client to the cluster.")
+    "Timeout of one REST call from the client to the cluster (submit, status, cancel, output).")
 DASHBOARD_MAX_CONNECTIONS = option(
     "dashboard.max-connections", integer(1), "64",
     "Most connections the dashboard serves at once; more are closed as they come.")
@@ -153,11 +154,11 @@ DASHBOARD_TIMEOUT = option(
 
 # Execution
 EXECUTION_TARGET = option(
-    "execution.target", choice("local", "yarn-per-job", "yarn-session"), "local",
-    "Where jobs run: local processes, a YARN application per job, or a YARN session.")
+    "execution.target", choice("auto", "local", "yarn-per-job", "yarn-session"), "auto",
+    "Where `flinkyarn run` runs jobs unless -t says: local processes, a YARN application per job, or a YARN session; auto: yarn-per-job when HADOOP_CONF_DIR has a yarn-site.xml, else local.")
 EXECUTION_ATTACHED = option(
     "execution.attached", BOOL, "true",
-    "Whether the client waits for the job to finish and reports its result.")
+    "Whether `flinkyarn run` on yarn-per-job waits for the job to finish and reports its result; false is --detached (print the application id and return).")
 
 # YARN
 YARN_APPLICATION_QUEUE = option(

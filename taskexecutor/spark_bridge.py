@@ -31,10 +31,9 @@ YARN container Spark itself prefers the container's LOCAL_DIRS to spark.local.di
 removes those with the application. JVM options from spark-defaults.conf (in
 SPARK_CONF_DIR) come first in spark.driver.extraJavaOptions, ours after them, so ours win.
 
-Active session. `make_active(session)` (defined in flinkyarn.pipeline.spark_stage)
-makes the session both PySpark's default session (what `SparkSession.builder.getOrCreate()`
-returns from any thread) and the calling thread's active one; the provider calls it when
-it starts the session. (Whole PySpark scripts do not use this session: each runs as its
+Active session. `make_active(session)` makes the session both PySpark's default session
+(what `SparkSession.builder.getOrCreate()` returns from any thread) and the calling
+thread's active one; the provider calls it when it starts the session. (Whole PySpark scripts do not use this session: each runs as its
 own driver process, taskexecutor/pyspark_driver.py.)
 """
 
@@ -52,7 +51,6 @@ from typing import TYPE_CHECKING
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
-from flinkyarn.pipeline.spark_stage import make_active
 from flinkyarn.scratch import ProcessScratch
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
@@ -239,6 +237,19 @@ class SparkSessionProvider:
         session.sparkContext.setLogLevel("WARN")
         make_active(session)
         return session
+
+
+def make_active(session: SparkSession) -> None:
+    """Makes `session` PySpark's default session in this process and the active one of the
+    calling thread, so that `SparkSession.builder.getOrCreate()`, `SparkSession.active()`
+    and `getActiveSession()` return it. Call from the thread that will use it."""
+    from pyspark.sql import SparkSession
+
+    jvm_class = SparkSession._get_j_spark_session_class(session._jvm)
+    jvm_class.setDefaultSession(session._jsparkSession)
+    jvm_class.setActiveSession(session._jsparkSession)
+    SparkSession._instantiatedSession = session
+    SparkSession._activeSession = session
 
 
 def _spark_defaults() -> dict[str, str]:

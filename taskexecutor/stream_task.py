@@ -22,13 +22,16 @@ from typing import Iterable
 
 import pyarrow as pa
 
+from flinkyarn.gateways.job_master import PartitionLocationState
 from flinkyarn.gateways.task_executor import ConsumedPartition
 from flinkyarn.pipeline.operator import Operator, SourceOperator
+from flinkyarn.pipeline.pyspark_script import PySparkScript
 from flinkyarn.pipeline.task_spec import StreamTaskSpec
 from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
 from taskexecutor.network.input_gate import InputGate, LocalInputChannel, RemoteInputChannel
 from taskexecutor.network.partition import ResultPartition, ResultPartitionID
 from taskexecutor.network.partitioner import make_partitioner
+from taskexecutor.pyspark_driver import PySparkDriver
 from taskexecutor.task import TaskCancelled, TaskContext
 
 log = logging.getLogger(__name__)
@@ -77,10 +80,19 @@ def _call(operator: Operator, what: str, *args) -> list[pa.RecordBatch]:
         raise OperatorError(f"operator {operator.name!r}: {type(error).__name__}: {error}") from error
 
 
-def _read(source: SourceOperator) -> Iterable[pa.RecordBatch]:
+def _batches(source: SourceOperator, context: StreamOperatorContext) -> Iterable[pa.RecordBatch]:
+    """What a source gives: a PySpark script's driver process runs here to its end and
+    gives nothing; any other source is read."""
+    if isinstance(source, PySparkScript):
+        PySparkDriver(source, context).run()
+        return ()
+    return source.read()
+
+
+def _read(source: SourceOperator, context: StreamOperatorContext) -> Iterable[pa.RecordBatch]:
     """The source's batches one at a time (never all at once), naming it in errors."""
     try:
-        iterator = iter(source.read())
+        iterator = iter(_batches(source, context))
         while True:
             try:
                 batch = next(iterator)
@@ -154,13 +166,13 @@ class StreamTask:
         while True:
             self.task.check_cancelled()
             location = self.task.locate(consumed.result_id, consumed.producer_subtask_index)
-            if location.state == "ready":
+            if location.state is PartitionLocationState.READY:
                 break
-            if location.state == "failed":
-                raise PartitionFailed(f"{partition_id}: {location.error}")
+            if location.state is PartitionLocationState.FAILED:
+                raise PartitionFailed(f"{partition_id}: {location.error}", partition_id)
             if time.monotonic() > deadline:
                 raise PartitionNotFound(f"the producer of {partition_id} was not deployed "
-                                        f"within {timeout:g} s")
+                                        f"within {timeout:g} s", partition_id)
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
         if location.resource_id == self.env.resource_id:
@@ -218,7 +230,7 @@ class StreamTask:
                 opened.append(operator)
             head = self.operators[0]
             if isinstance(head, SourceOperator):
-                for batch in _read(head):
+                for batch in _read(head, context):
                     self.task.check_cancelled()
                     self._push(1, [batch])
             elif self.gate is not None:

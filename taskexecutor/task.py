@@ -1,7 +1,9 @@
 """A Task: one execution attempt of one subtask, run in a thread of its own.
 
-The user's invokable (a cloudpickled callable taking a TaskContext) is unpickled and run
-in the task's thread; the only way back to the TaskExecutor's loop is the `report`
+The deployment's invokable is unpickled and run in the task's thread: a pipeline vertex's
+StreamTaskSpec (flinkyarn/pipeline/task_spec.py) as this TaskExecutor's StreamTask, any
+other invokable (a cloudpickled callable taking a TaskContext) by calling it with the
+task's context. The only way back to the TaskExecutor's loop is the `report`
 callback, which the TaskExecutor makes thread-safe. Cancellation is cooperative: the
 context's `cancelled` event is set and `ctx.sleep` / `ctx.check_cancelled` raise.
 """
@@ -11,13 +13,17 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import cloudpickle
 
 from flinkyarn.failures import failure_cause
-from flinkyarn.gateways.job_master import OutputChunk, PartitionLocation, TaskState
+from flinkyarn.gateways.job_master import FailureKind, OutputChunk, PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
+from flinkyarn.ids import IntermediateResultPartitionID
+from flinkyarn.pipeline.task_spec import StreamTaskSpec
+from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
 
 if TYPE_CHECKING:
     from taskexecutor.environment import TaskEnvironment
@@ -31,6 +37,42 @@ _unpickling = threading.Lock()
 
 class TaskCancelled(Exception):
     """Raised inside a task's thread when the task was asked to stop."""
+
+
+# Reading an input failed because the producer's data is gone or unreachable: the
+# producer must run again. (PartitionReleased reaches a consumer only when its own gate
+# was closed, PartitionNotReady never: both are the task's own business.)
+_LOST_INPUT = (PartitionNotFound, PartitionFailed)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailure:
+    """Why a task failed, as its TaskExecutor reports it to the JobMaster: `cause` for
+    people (flinkyarn.failures.failure_cause), `kind` and `lost_partitions` for the
+    failover, which never reads `cause`."""
+
+    cause: str
+    kind: FailureKind = FailureKind.TASK
+    lost_partitions: tuple[IntermediateResultPartitionID, ...] = ()
+
+    @classmethod
+    def of(cls, error: BaseException, task: str | None = None) -> "TaskFailure":
+        """PARTITION when `error`, or an exception it was raised from (`__cause__`,
+        as Flink looks for a PartitionException among the causes), is a PartitionNotFound
+        or PartitionFailed; the partition it carries, when it does, is lost. Anything
+        else is the task's own failure: TASK."""
+        cause = failure_cause(error, task=task)
+        seen: set[int] = set()
+        link: BaseException | None = error
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            if isinstance(link, _LOST_INPUT):
+                pid = link.partition_id
+                lost = () if pid is None else (
+                    IntermediateResultPartitionID(pid.result_id, pid.partition_number),)
+                return cls(cause, FailureKind.PARTITION, lost)
+            link = link.__cause__
+        return cls(cause)
 
 
 class TaskContext:
@@ -95,9 +137,19 @@ class TaskContext:
             raise TaskCancelled()
 
 
+def _invoke(invokable: object, context: TaskContext) -> None:
+    """Runs an unpickled invokable in the calling task thread, to its end."""
+    if isinstance(invokable, StreamTaskSpec):
+        # Imported here: stream_task imports this module (TaskContext, TaskCancelled).
+        from taskexecutor.stream_task import run_stream_task
+        run_stream_task(invokable, context)
+    else:
+        invokable(context)
+
+
 class Task:
     def __init__(self, deployment: TaskDeploymentDescriptor,
-                 report: Callable[["Task", TaskState, str | None], None],
+                 report: Callable[["Task", TaskState, TaskFailure | None], None],
                  environment: "TaskEnvironment | None" = None,
                  locate: Callable[[str, int], PartitionLocation] | None = None,
                  report_output: Callable[[list[OutputChunk], str | None, str | None], None]
@@ -141,7 +193,7 @@ class Task:
             context = self.context
             context.check_cancelled()
             self._report(self, TaskState.RUNNING, None)
-            invokable(context)
+            _invoke(invokable, context)
             context.check_cancelled()
         except TaskCancelled:
             self._report(self, TaskState.CANCELED, None)
@@ -149,6 +201,6 @@ class Task:
             if self._cancelled.is_set():
                 self._report(self, TaskState.CANCELED, None)
             else:
-                self._report(self, TaskState.FAILED, failure_cause(error, task=name))
+                self._report(self, TaskState.FAILED, TaskFailure.of(error, task=name))
         else:
             self._report(self, TaskState.FINISHED, None)

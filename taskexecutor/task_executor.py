@@ -44,8 +44,9 @@ from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot,
                                               SubmitTask, TaskExecutorGateway,
                                               UpdateDelegationTokens)
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
-                           ResourceManagerId, SlotID)
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID, JobID, JobMasterId,
+                           ResourceID, ResourceManagerId, SlotID)
+from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
@@ -54,7 +55,7 @@ from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
 from taskexecutor.environment import TaskEnvironment
 from taskexecutor.slot_table import SlotTaken, TaskSlotTable
-from taskexecutor.task import Task
+from taskexecutor.task import Task, TaskFailure
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,18 @@ class JobManagerConnection:
     job_master_id: JobMasterId
     resource_id: ResourceID
     gateway: JobMasterGateway
+    registration_id: InstanceID  # this TaskExecutor's registration at that JobMaster
+
+
+def task_execution_state(job_master_id: JobMasterId, attempt_id: ExecutionAttemptID,
+                         state: TaskState, failure: TaskFailure | None
+                         ) -> UpdateTaskExecutionState:
+    """The report of a task's new state; a failure's kind and lost partitions travel as
+    fields of their own, next to its cause."""
+    if failure is None:
+        return UpdateTaskExecutionState(job_master_id, attempt_id, state)
+    return UpdateTaskExecutionState(job_master_id, attempt_id, state, failure.cause,
+                                    failure.kind, list(failure.lost_partitions))
 
 
 class TaskExecutor(RpcEndpoint):
@@ -125,6 +138,10 @@ class TaskExecutor(RpcEndpoint):
         self.rm_connection: ResourceManagerConnection | None = None
         self.job_connections: dict[JobID, JobManagerConnection] = {}
         self._connecting: dict[JobID, asyncio.Task] = {}
+        # The JobMasterId of each job's JobMaster this TaskExecutor last registered at,
+        # kept after the connection is released (its partitions may outlive its slots)
+        # until the job's partitions go: it fences that JobMaster's disconnect and release.
+        self.job_master_ids: dict[JobID, JobMasterId] = {}
         self.tasks: dict[str, Task] = {}
         # The last state update of each task still on its way: the next one waits for it.
         self._updates_in_flight: dict[str, asyncio.Task] = {}
@@ -159,8 +176,9 @@ class TaskExecutor(RpcEndpoint):
     # ------------------------------------------------------- ResourceManager side
 
     async def _register_at_resource_manager(self) -> None:
-        """Retries with attempt timeouts doubling from the initial to the maximum; raises
-        RegistrationTimeout (ending the process) after taskmanager.registration.timeout."""
+        """Retries as flinkyarn.registration says (attempt timeouts doubling, pauses after
+        an error or a refusal); raises RegistrationTimeout (ending the process) after
+        taskmanager.registration.timeout."""
         policy = self.config.registration
         deadline = self._clock.monotonic() + policy.timeout
         attempt_timeout = policy.initial_backoff
@@ -180,9 +198,11 @@ class TaskExecutor(RpcEndpoint):
                         f"TaskExecutor {self.resource_id} could not register at the "
                         f"ResourceManager within {policy.timeout:g} s "
                         f"({attempt} attempts; last: {error})") from None
-                log.info("registration attempt %d failed (%s); retrying", attempt, error)
-                await asyncio.sleep(min(attempt_timeout, remaining))
-                attempt_timeout = min(attempt_timeout * 2, policy.max_backoff)
+                pause, attempt_timeout = registration_retry.next_attempt(
+                    policy, attempt_timeout, error)
+                log.info("registration attempt %d failed (%s); retrying in %g s", attempt,
+                         error, pause)
+                await asyncio.sleep(min(pause, remaining))
                 continue
             if registration.delegation_tokens:
                 self._install_delegation_tokens(registration.delegation_tokens)
@@ -303,7 +323,9 @@ class TaskExecutor(RpcEndpoint):
         finally:
             self._connecting.pop(job_id, None)
         self.job_connections[job_id] = JobManagerConnection(
-            job_id, registration.job_master_id, registration.job_master_resource_id, gateway)
+            job_id, registration.job_master_id, registration.job_master_resource_id, gateway,
+            registration.registration_id)
+        self.job_master_ids[job_id] = registration.job_master_id
         self._jm_heartbeats.monitor_target(registration.job_master_resource_id)
         await self._offer_slots(job_id)
 
@@ -337,7 +359,15 @@ class TaskExecutor(RpcEndpoint):
                                                               f"{resource_id} timed out"),
                            f"close-{job_id}")
 
+    def _job_master_id(self, job_id: JobID) -> JobMasterId | None:
+        """What fences the calls of the job's JobMaster: the id of the one connected, or
+        after the connection was released, of the last one (until the partitions go)."""
+        connection = self.job_connections.get(job_id)
+        return connection.job_master_id if connection else self.job_master_ids.get(job_id)
+
     async def disconnect_job_manager(self, request: DisconnectJobManager) -> Ack:
+        check_fencing(self._job_master_id(request.job_id), request.job_master_id,
+                      "JobMaster id")
         await self._close_job_connection(request.job_id, request.cause)
         return ACK
 
@@ -351,13 +381,13 @@ class TaskExecutor(RpcEndpoint):
         self._release_partitions(job_id)
 
     async def release_partitions(self, request: ReleasePartitions) -> Ack:
-        connection = self.job_connections.get(request.job_id)
-        if connection is not None:
-            check_fencing(connection.job_master_id, request.job_master_id, "JobMaster id")
+        check_fencing(self._job_master_id(request.job_id), request.job_master_id,
+                      "JobMaster id")
         self._release_partitions(request.job_id)
         return ACK
 
     def _release_partitions(self, job_id: JobID) -> None:
+        self.job_master_ids.pop(job_id, None)
         if self.environment is not None:
             self.environment.partition_manager.release_job(job_id)
 
@@ -408,8 +438,8 @@ class TaskExecutor(RpcEndpoint):
             return ACK
         self.slot_table.add_task(deployment.job_id, deployment.allocation_id, deployment.attempt_id)
         loop = asyncio.get_running_loop()
-        task = Task(deployment, lambda t, state, error: loop.call_soon_threadsafe(
-            self._task_state_changed, t, state, error), self.environment,
+        task = Task(deployment, lambda t, state, failure: loop.call_soon_threadsafe(
+            self._task_state_changed, t, state, failure), self.environment,
             self._partition_locator(connection, loop),
             self._output_reporter(connection, loop, deployment.attempt_id))
         self.tasks[deployment.attempt_id] = task
@@ -472,12 +502,13 @@ class TaskExecutor(RpcEndpoint):
         self.spawn(self._leave(f"TaskExecutor {self.resource_id} failed: {cause}"), "fatal-error")
 
     async def _leave(self, cause: str) -> None:
-        calls = [connection.gateway.disconnect_task_manager(
-            DisconnectTaskManager(self.resource_id, cause))
+        calls = [connection.gateway.disconnect_task_manager(DisconnectTaskManager(
+            connection.job_master_id, self.resource_id, cause,
+            registration_id=connection.registration_id))
             for connection in self.job_connections.values()]
-        if self.rm_connection is not None:
-            calls.append(self._rm.disconnect_task_executor(
-                DisconnectTaskExecutor(self.resource_id, cause)))
+        if (rm := self.rm_connection) is not None:
+            calls.append(self._rm.disconnect_task_executor(DisconnectTaskExecutor(
+                rm.resource_manager_id, rm.instance_id, self.resource_id, cause)))
         results = await asyncio.gather(*(asyncio.wait_for(call, 5.0) for call in calls),
                                        return_exceptions=True)
         for result in results:
@@ -505,9 +536,10 @@ class TaskExecutor(RpcEndpoint):
             asyncio.run_coroutine_threadsafe(call, loop).result()
         return report
 
-    def _task_state_changed(self, task: Task, state: TaskState, error: str | None) -> None:
-        """Sends the change to the JobMaster: each task's changes in order, different
-        tasks' changes independently of each other."""
+    def _task_state_changed(self, task: Task, state: TaskState,
+                            failure: TaskFailure | None) -> None:
+        """Sends the change to the JobMaster (with `failure` for FAILED): each task's
+        changes in order, different tasks' changes independently of each other."""
         self.assert_on_loop()
         attempt_id = task.attempt_id
         if self.stopping:
@@ -518,7 +550,7 @@ class TaskExecutor(RpcEndpoint):
         else:
             previous = self._updates_in_flight.get(attempt_id)
             update = self.spawn(self._send_task_update(previous, task.deployment.job_id,
-                                                       attempt_id, state, error),
+                                                       attempt_id, state, failure),
                                 f"update-{attempt_id}")
         if state in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELED):
             self.tasks.pop(attempt_id, None)
@@ -528,15 +560,16 @@ class TaskExecutor(RpcEndpoint):
             self._updates_in_flight[attempt_id] = update
 
     async def _send_task_update(self, previous: asyncio.Task | None, job_id: JobID,
-                                attempt_id: str, state: TaskState, error: str | None) -> None:
+                                attempt_id: str, state: TaskState,
+                                failure: TaskFailure | None) -> None:
         if previous is not None:
             await previous
         connection = self.job_connections.get(job_id)
         if connection is None:
             return
         try:
-            await connection.gateway.update_task_execution_state(UpdateTaskExecutionState(
-                connection.job_master_id, attempt_id, state, error))
-        except RpcError as failure:
+            await connection.gateway.update_task_execution_state(
+                task_execution_state(connection.job_master_id, attempt_id, state, failure))
+        except RpcError as error:
             log.warning("could not report %s of %s to its JobMaster: %s", state.value,
-                        attempt_id, failure)
+                        attempt_id, error)

@@ -79,6 +79,7 @@ class AppMaster:
         tokens = self.delegation_tokens
         self.dispatcher = dispatcher = Dispatcher(
             rpc, resource_manager, conf, lambda: tokens.status if tokens is not None else None)
+        resource_manager.job_leader_id = dispatcher.job_leader_id
         host = conf.get(options.REST_ADDRESS)
         rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),
                           conf.get(options.RPC_MAX_MESSAGE_SIZE), shutdown=self.shutdown)

@@ -2,7 +2,11 @@
 job's status, also after it ended. Several jobs may run at once. Each JobMaster runs on
 the cluster's configuration with the job's own fault-tolerance settings on top (a job of
 a session may choose its failover and restart strategies); a job whose settings are
-wrong is refused and leaves nothing behind."""
+wrong is refused and leaves nothing behind.
+
+Isolation: each JobMaster runs under a supervisor (`_supervise`). An unexpected exception
+of one JobMaster fails that job alone (FAILED, the error as its cause and root cause);
+the Dispatcher, the ResourceManager and every other job go on."""
 
 from __future__ import annotations
 
@@ -16,17 +20,19 @@ from typing import Callable
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
+from flinkyarn.failures import failure_cause
 from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
                                            JobList, JobOutputQuery, JobOutputView, JobOverview,
                                            JobQuery, JobSubmitted, RestartView,
                                            SlotView, SubmitJob, TaskExecutorView, TokenStatus,
                                            VertexDetails)
-from flinkyarn.ids import JobID
+from flinkyarn.ids import JobID, JobMasterId
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import InvalidRequest, NotFound
 from flinkyarn.rpc.service import RpcService
+from yarn_am.jobmaster.execution_graph import JobStatus
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.jobmaster.scheduler import slots_at_once_from
@@ -48,6 +54,8 @@ class JobRecord:
     output: JobOutput
     result: JobResult | None = None
     final: JobDetails | None = None
+    # Set when its JobMaster failed unexpectedly: the root cause its scheduler never saw.
+    root_cause: str | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -90,7 +98,7 @@ class Dispatcher(RpcEndpoint):
         if graph.job_id in self.jobs:  # submitted again while we asked
             raise ValueError(f"job {graph.job_id} was already submitted")
         self.jobs[graph.job_id] = JobRecord(job_master, job_master.output)
-        self.spawn(job_master.run(), f"jobmaster-{graph.job_id}")
+        self.spawn(self._supervise(job_master), f"jobmaster-{graph.job_id}")
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
         return JobSubmitted(graph.job_id)
 
@@ -101,13 +109,68 @@ class Dispatcher(RpcEndpoint):
                              f"pipelined region), more than this cluster can ever offer: "
                              f"{capacity} ({bound})")
 
+    async def _supervise(self, job_master: JobMaster) -> None:
+        """Runs one JobMaster (a task of the Dispatcher's group) so that what goes wrong in
+        it stays in its job. When its run() raises, its endpoint has already stopped (its
+        gateway unregistered, its tasks cancelled); the job is recorded FAILED with the
+        error as cause and root cause, the error is logged once with its traceback, and
+        the JobMaster tells its TaskExecutors and the ResourceManager that it is gone
+        (JobMaster.abandon; whoever it cannot reach frees the job's slots at its
+        heartbeat timeout). Returns normally then: nothing reaches the Dispatcher's task
+        group. Cancellation (the Dispatcher stopping) passes through."""
+        try:
+            await job_master.run()
+        except Exception as error:  # not CancelledError: a BaseException
+            cause = self._job_master_failed(job_master, error)
+            try:
+                await job_master.abandon(cause.split("\n", 1)[0])
+            except Exception:  # its state may be what broke: the heartbeats clean up
+                log.exception("job %s: telling its peers that its JobMaster is gone failed",
+                              job_master.job_id)
+
+    def _job_master_failed(self, job_master: JobMaster, error: Exception) -> str:
+        """Records the FAILED result of the job whose JobMaster raised `error`; returns
+        the failure cause (the error's type, message and where it was raised)."""
+        origin = error
+        # A task group wraps what its tasks raised; the first one is what went wrong.
+        while isinstance(origin, BaseExceptionGroup) and origin.exceptions:
+            origin = origin.exceptions[0]
+        cause = f"the JobMaster failed unexpectedly: {failure_cause(origin)}"
+        log.error("job %s (%s): its JobMaster failed unexpectedly; the job fails, the session "
+                  "goes on", job_master.job_id, job_master.job_graph.name, exc_info=error)
+        record = self.jobs.get(job_master.job_id)
+        if record is None or record.result is not None:
+            return cause  # its result was out before it failed: that result stands
+        record.root_cause = cause
+        self._job_terminated(JobResult(job_master.job_id, job_master.job_graph.name,
+                                       JobStatus.FAILED, cause, job_master.start_time,
+                                       job_master.end_time or time.time()))
+        return cause
+
     def _job_terminated(self, result: JobResult) -> None:
         record = self.jobs[result.job_id]
         record.result = result
-        record.final = self._details(record)
+        try:
+            record.final = self._details(record)
+        except Exception:
+            if record.root_cause is None:
+                raise
+            # The JobMaster that failed left its scheduler unreadable: its vertices are
+            # lost, its result is not.
+            log.exception("job %s: its vertices cannot be read", result.job_id)
+            record.final = JobDetails(result.job_id, result.name, result.status.value,
+                                      result.start_time, result.end_time, result.failure_cause,
+                                      [], root_cause=record.root_cause)
         record.job_master = None
         record.output.shrink()
         record.ended.set()
+
+    def job_leader_id(self, job_id: JobID) -> JobMasterId | None:
+        """The JobMasterId of the job's running JobMaster (None once the job ended, or
+        for a job not known): the ResourceManager registers no other (Flink's
+        JobLeaderIdService)."""
+        record = self.jobs.get(job_id)
+        return record.job_master.job_master_id if record and record.job_master else None
 
     async def wait_for_result(self, job_id: JobID) -> JobResult:
         """Returns once the job has ended (at once if it has)."""
@@ -178,7 +241,7 @@ class Dispatcher(RpcEndpoint):
         spark_id, spark_url = record.job_master.spark_application or (None, None)
         return JobDetails(overview.job_id, overview.name, overview.status, overview.start_time,
                           overview.end_time, cause, vertices, scheduler.restarts,
-                          scheduler.root_cause, history,
+                          record.root_cause or scheduler.root_cause, history,
                           record.job_master.config.restart_strategy.attempt_limit,
                           spark_id, spark_url, record.output.tail())
 

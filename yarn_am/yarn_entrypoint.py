@@ -8,6 +8,9 @@ says how: SUCCEEDED (FINISHED), FAILED (with the failure cause as diagnostics), 
 (canceled). Session: serves jobs until `flinkyarn session stop` (SUCCEEDED).
 Clients find the REST API through skein's key-value store; the dashboard is a page of
 the application's web UI, which YARN's tracking URL leads to through its web proxy.
+
+Every task this script starts is supervised (`supervise`): an exception it raises ends
+the application FAILED with the cause as diagnostics, never a hang, never lost.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
+from typing import Any, Callable, Coroutine
 
 import msgspec
 import skein
 
 from flinkyarn.configuration import Configuration, parse_dynamic_properties
+from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.dispatcher import SubmitJob, TokenStatus
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.kerberos import TOKEN_STATUS_KEY
@@ -46,6 +51,30 @@ class Outcome:
         self.status, self.diagnostics = status, diagnostics
         self.fatal = False  # set once a failure ended the application; nothing overrides it
 
+    def fail(self, diagnostics: str) -> None:
+        """A failure ends the application: FAILED with `diagnostics`, which nothing
+        later overrides (not the job's result, not the stop that follows)."""
+        self.status, self.diagnostics = "FAILED", diagnostics
+        self.fatal = True
+
+
+def supervise(coroutine: Coroutine[Any, Any, None], what: str,
+              on_fatal: Callable[[str], None]) -> asyncio.Task:
+    """Starts `coroutine` as a task on the AppMaster's loop. If it raises (cancellation
+    aside), the error is logged with its traceback and `on_fatal` gets the diagnostics
+    ("WHAT failed: " and its failure cause), which end the application FAILED. The
+    caller keeps the task and cancels it when the application ends."""
+    async def supervised() -> None:
+        try:
+            await coroutine
+        except Exception as error:
+            log.error("%s failed", what, exc_info=error)
+            on_fatal(f"{what} failed: {failure_cause(error)}")
+    task = asyncio.create_task(supervised(), name=what)
+    # Cancelled before it started, `coroutine` would never be awaited (a warning).
+    task.add_done_callback(lambda _task: coroutine.close())
+    return task
+
 
 async def _report_progress(app, appmaster: AppMaster, job_id: str) -> None:
     """YARN's progress bar: the fraction of the job's subtasks that finished."""
@@ -57,15 +86,18 @@ async def _report_progress(app, appmaster: AppMaster, job_id: str) -> None:
         await asyncio.sleep(2.0)
 
 
-async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome) -> None:
-    """Per-job mode: submit, wait for the end, record the outcome, shut down."""
+async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
+                   on_fatal: Callable[[str], None]) -> None:
+    """Per-job mode: submit, wait for the end, record the outcome, shut down. Run under
+    `supervise`; its progress reports are supervised the same way (`on_fatal`)."""
     try:
         await appmaster.dispatcher.submit_job(SubmitJob(graph))
     except ValueError as error:
         outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
         appmaster.shutdown()
         return
-    progress = asyncio.create_task(_report_progress(app, appmaster, graph.job_id))
+    progress = supervise(_report_progress(app, appmaster, graph.job_id),
+                         "reporting the job's progress", on_fatal)
     try:
         result = await appmaster.dispatcher.wait_for_result(graph.job_id)
     finally:
@@ -91,8 +123,7 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
 
     def on_fatal(diagnostic: str) -> None:
         log.error("ending the application: %s", diagnostic)
-        outcome.status, outcome.diagnostics = "FAILED", diagnostic
-        outcome.fatal = True
+        outcome.fail(diagnostic)
         appmaster.shutdown()
 
     # Its own certificate, for $NM_HOST (jobmanager.rpc.address), in its own folder.
@@ -113,7 +144,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
         await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: am.info.rest_address.encode(),
                                                 DASHBOARD_KEY: page.address.encode()})
         if graph is not None:
-            job_task.append(asyncio.create_task(_run_job(app, am, graph, outcome)))
+            job_task.append(supervise(_run_job(app, am, graph, outcome, on_fatal),
+                                      f"running job {graph.name!r} ({graph.job_id})", on_fatal))
 
     await appmaster.serve(on_ready)
     for task in job_task:

@@ -103,8 +103,12 @@ def _print_result(result: JobResult) -> None:
 PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-def default_target() -> str:
-    """yarn-per-job where a Hadoop configuration is present, else local."""
+def default_target(conf: Configuration) -> str:
+    """The target when -t does not say: execution.target; for auto, yarn-per-job where a
+    Hadoop configuration is present, else local."""
+    configured = conf.get(options.EXECUTION_TARGET)
+    if configured != "auto":
+        return configured
     conf_dir = os.environ.get("HADOOP_CONF_DIR")
     if conf_dir and Path(conf_dir, "yarn-site.xml").is_file():
         return "yarn-per-job"
@@ -235,14 +239,15 @@ def _pyspark_cluster_properties(submit: SparkSubmitOptions, dynamic: dict[str, s
 @cli.command(context_settings=PROGRAM_SETTINGS)
 @click.option("-t", "--target", type=click.Choice(TARGETS), default=None,
               help="Where to run: local processes, a YARN application per job, or a YARN "
-                   "session. Default: yarn-per-job when HADOOP_CONF_DIR has a yarn-site.xml, "
-                   "else local.")
+                   "session. Default: execution.target; when that is auto, yarn-per-job "
+                   "when HADOOP_CONF_DIR has a yarn-site.xml, else local.")
 @click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
               help="Override a configuration option (see conf/flinkyarn.yaml).")
 @click.option("--pyspark", is_flag=True,
               help="PROGRAM is an unmodified PySpark script: its driver runs in a slot, its "
                    "Spark on YARN (pyspark.master), as with spark-submit --deploy-mode cluster.")
-@click.option("--detached", is_flag=True, help="yarn-per-job: print the application id and return.")
+@click.option("--detached", is_flag=True,
+              help="yarn-per-job: print the application id and return (execution.attached=false).")
 @click.option("--application-id", help="yarn-session: the session to submit into (default: your newest).")
 @python_options
 @yarn_application_options
@@ -274,7 +279,7 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             ("--driver-memory", driver_memory)) if value]
         if given:
             raise click.UsageError(f"{', '.join(given)}: spark-submit's options go with --pyspark")
-    target = target or default_target()
+    target = target or default_target(load_configuration(properties))
     try:
         dynamic = parse_dynamic_properties(properties)
     except ConfigurationError as error:
@@ -309,7 +314,7 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             executor = LocalTargetExecutor(conf)
         elif target == "yarn-per-job":
             executor = PerJobExecutor(conf, yarn_options(name, queue, tags, (program,), conf),
-                                      detached)
+                                      detached or not conf.get(options.EXECUTION_ATTACHED))
         else:
             # The session's configuration is its own; the job-level -D (not the client's
             # config file) go with the jobs (a script's Spark settings with its job).

@@ -97,7 +97,8 @@ class LocalCluster:
         cluster = msgspec.json.decode(info.read_bytes())
         self.rpc_address = cluster["rpc_address"]
         self.dashboard_url = cluster["dashboard_url"]
-        self.rest = RestClient(cluster["rest_address"], self.security)
+        self.rest = RestClient(cluster["rest_address"], self.security,
+                               timeout=self.conf.get(options.CLIENT_TIMEOUT))
         return self.rest
 
     def log_tail(self, lines: int = 30) -> str:

@@ -8,8 +8,9 @@ from typing import Protocol
 import msgspec
 
 from flinkyarn.gateways import Ack, HeartbeatRequest, callable_by
-from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
-                           JobMasterId, ResourceID, ResourceManagerId)
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID,
+                           InstanceID, IntermediateResultPartitionID, JobID, JobMasterId,
+                           ResourceID, ResourceManagerId)
 from flinkyarn.slots import SlotOffer
 
 
@@ -21,6 +22,17 @@ class TaskState(str, enum.Enum):
     FINISHED = "FINISHED"
     CANCELED = "CANCELED"
     FAILED = "FAILED"
+
+
+class FailureKind(str, enum.Enum):
+    """What a task failure was, as its TaskExecutor tells from the exception.
+
+    TASK: the task's own code or environment failed. PARTITION: reading an upstream
+    result partition failed (a data-plane PartitionNotFound or PartitionFailed): the
+    producer's data is lost or its TaskExecutor gone, so the producer must run again."""
+
+    TASK = "task"
+    PARTITION = "partition"
 
 
 class RegisterTaskManager(msgspec.Struct, frozen=True):
@@ -35,6 +47,8 @@ class RegisterTaskManager(msgspec.Struct, frozen=True):
 class TaskManagerRegistration(msgspec.Struct, frozen=True):
     job_master_id: JobMasterId
     job_master_resource_id: ResourceID
+    # This registration's handle: a new one each time the TaskExecutor registers here.
+    registration_id: InstanceID
 
 
 class OfferSlots(msgspec.Struct, frozen=True):
@@ -48,10 +62,16 @@ class AcceptedSlots(msgspec.Struct, frozen=True):
 
 
 class UpdateTaskExecutionState(msgspec.Struct, frozen=True):
+    """A task's new state. For FAILED: `error` is the cause for people, never parsed;
+    `failure_kind` and `lost_partitions` (for PARTITION, the upstream partitions it
+    could not read, when known) are what the JobMaster's failover decides on."""
+
     job_master_id: JobMasterId
     attempt_id: ExecutionAttemptID
     state: TaskState
     error: str | None = None
+    failure_kind: FailureKind = FailureKind.TASK
+    lost_partitions: list[IntermediateResultPartitionID] = []
 
 
 class OutputChunk(msgspec.Struct, frozen=True):
@@ -77,8 +97,18 @@ class SlotRequestFailed(msgspec.Struct, frozen=True):
 
 
 class DisconnectTaskManager(msgspec.Struct, frozen=True):
+    """The TaskExecutor resource_id is gone for this job: its slots are released, its
+    tasks fail. Fenced by the JobMasterId the sender addresses, and by the sender's own
+    token: the TaskExecutor (it fails fatally) gives `registration_id`, that of its
+    registration here, so a disconnect of a registration already replaced changes
+    nothing; the ResourceManager (the TaskExecutor's process or container ended, with
+    every registration it had) gives `resource_manager_id`, its leader id."""
+
+    job_master_id: JobMasterId
     resource_id: ResourceID
     cause: str
+    registration_id: InstanceID | None = None
+    resource_manager_id: ResourceManagerId | None = None
 
 
 class RequestPartitionLocation(msgspec.Struct, frozen=True):
@@ -89,12 +119,20 @@ class RequestPartitionLocation(msgspec.Struct, frozen=True):
     partition_number: int
 
 
-class PartitionLocation(msgspec.Struct, frozen=True):
-    """`ready`: served by the TaskExecutor resource_id at data_address; `pending`: its
-    producer is not deployed yet, ask again; `failed`: its producer failed or was
-    cancelled, `error` says why."""
+class PartitionLocationState(str, enum.Enum):
+    """READY: served by the TaskExecutor resource_id at data_address; PENDING: its
+    producer is not deployed yet, ask again; FAILED: its producer failed or was
+    cancelled, or its TaskExecutor is gone with the data; `error` says why."""
 
-    state: str
+    READY = "ready"
+    PENDING = "pending"
+    FAILED = "failed"
+
+
+class PartitionLocation(msgspec.Struct, frozen=True):
+    """Where a producer's partition is served; see PartitionLocationState."""
+
+    state: PartitionLocationState
     resource_id: ResourceID | None = None
     data_address: str = ""
     error: str | None = None

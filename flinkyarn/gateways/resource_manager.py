@@ -67,6 +67,12 @@ class NotifySlotAvailable(msgspec.Struct, frozen=True):
 
 
 class DisconnectTaskExecutor(msgspec.Struct, frozen=True):
+    """The TaskExecutor resource_id leaves (it fails fatally). Fenced by the
+    ResourceManager it registered at and the InstanceID that registration got: a
+    disconnect of a registration already replaced changes nothing."""
+
+    resource_manager_id: ResourceManagerId
+    instance_id: InstanceID
     resource_id: ResourceID
     cause: str
 
@@ -103,6 +109,13 @@ class ResourceManagerGateway(Protocol):
         ...
 
     async def register_job_master(self, request: RegisterJobMaster) -> JobMasterRegistration:
+        """Registers the JobMaster of a job. Contract (Flink's, with the Dispatcher as the
+        job leader id service): refused (StaleCall) unless job_master_id is the job's
+        current JobMaster, where the ResourceManager is told who that is; the same
+        JobMaster registering again is idempotent (its record and slot requests stay);
+        a new JobMaster of the job replaces the registration of the old one, whose
+        connection is closed (its pending slot requests dropped, no more heartbeats),
+        and the replacement is logged."""
         ...
 
     async def request_slot(self, request: RequestSlot) -> Ack:
@@ -117,9 +130,13 @@ class ResourceManagerGateway(Protocol):
         ...
 
     async def disconnect_task_executor(self, request: DisconnectTaskExecutor) -> Ack:
+        """Closes the TaskExecutor's registration; refused (StaleCall) unless the
+        request names this ResourceManager and that registration's InstanceID."""
         ...
 
     async def disconnect_job_master(self, request: DisconnectJobMaster) -> Ack:
+        """Closes the job's JobMaster registration; refused (StaleCall) unless
+        job_master_id is the registered one's."""
         ...
 
     async def request_application_tokens(self, request: RequestApplicationTokens) -> ApplicationTokens:

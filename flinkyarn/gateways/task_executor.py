@@ -93,6 +93,10 @@ class JobHeartbeatRequest(msgspec.Struct, frozen=True):
 
 
 class DisconnectJobManager(msgspec.Struct, frozen=True):
+    """The job's JobMaster dropped this TaskExecutor: the job's tasks stop, its slots and
+    partitions go. Fenced by the JobMasterId this TaskExecutor registered with."""
+
+    job_master_id: JobMasterId
     job_id: JobID
     cause: str
 
@@ -132,6 +136,8 @@ class TaskExecutorGateway(Protocol):
         ...
 
     async def release_partitions(self, request: ReleasePartitions) -> Ack:
+        """Refused (StaleCall) unless job_master_id is that of the job's JobMaster this
+        TaskExecutor last registered at (also after it gave the job's slots back)."""
         ...
 
     async def heartbeat_from_resource_manager(self, request: HeartbeatRequest) -> SlotReport:
@@ -141,6 +147,8 @@ class TaskExecutorGateway(Protocol):
         ...
 
     async def disconnect_job_manager(self, request: DisconnectJobManager) -> Ack:
+        """Refused (StaleCall) unless job_master_id is that of the job's JobMaster this
+        TaskExecutor last registered at."""
         ...
 
     async def disconnect_resource_manager(self, request: DisconnectResourceManager) -> Ack:

@@ -28,7 +28,7 @@ from typing import Callable
 from flinkyarn.environment import pickle_user_code
 from flinkyarn.ids import JobID, JobVertexID, new_id
 from flinkyarn.jobgraph import (ChainedOperator, DistributionPattern, JobEdge, JobGraph,
-                                JobVertex, ResultPartitionType, ScheduleMode)
+                                JobVertex, ResultPartitionType, ScheduleMode, ShipStrategy)
 from flinkyarn.pipeline.operator import SourceOperator
 from flinkyarn.pipeline.stream_graph import (ChainingStrategy, ExchangeMode, StreamEdge,
                                              StreamGraph, StreamNode)
@@ -234,7 +234,7 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
                 distribution=_distribution(graph, edge),
                 partition_type=_partition_type(graph, edge),
                 deterministic=edge.partitioner != "rebalance",
-                partitioner=edge.partitioner,
+                partitioner=ShipStrategy(edge.partitioner),
                 key_columns=list(edge.key_columns)))
         spec = StreamTaskSpec(operators=tuple(n.operator for n in chain), inputs=inputs,
                               outputs=tuple(outputs))

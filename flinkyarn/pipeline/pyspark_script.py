@@ -12,8 +12,9 @@ when the script's first SparkContext starts its JVM: on YARN, Spark's own YARN b
 
 Nothing of the TaskExecutor's process is touched, so any number of scripts run side by
 side in one TaskExecutor. What the driver prints streams back to the JobMaster (and from
-there to an attached client) and into the TaskExecutor's container log. The process
-itself is run by taskexecutor/pyspark_driver.py; this module only says what to run.
+there to an attached client) and into the TaskExecutor's container log. This module only
+says what to run: the TaskExecutor's StreamTask recognises a PySparkScript at the head
+of its chain and runs the driver process itself (taskexecutor/pyspark_driver.py).
 
 The script's text travels in the job graph, so a script on the client's disk needs no
 shipping.
@@ -56,7 +57,8 @@ class PySparkSettings:
 
 
 class PySparkScript(SourceOperator):
-    """A source whose `read()` runs the script's driver to its end and yields nothing."""
+    """A source that emits nothing: the StreamTask runs the script's driver to its end
+    in place of reading it."""
 
     def __init__(self, script_name: str, source: str, args: Iterable[str] = (),
                  settings: PySparkSettings | None = None) -> None:
@@ -73,8 +75,6 @@ class PySparkScript(SourceOperator):
             return cls(os.path.basename(os.fspath(path)), file.read(), args, settings)
 
     def read(self) -> Iterable[pa.RecordBatch]:
-        from taskexecutor.pyspark_driver import PySparkDriver
-
-        PySparkDriver(self, self.context).run()
-        return
-        yield  # a generator: the driver runs when the StreamTask iterates read()
+        """Never called by a TaskExecutor, which runs the driver instead."""
+        raise TypeError(f"{self.name}: a PySpark script is run by a TaskExecutor's "
+                        "StreamTask, not read")

@@ -23,11 +23,10 @@ DataFrame with no columns.
 
 Cancellation. The Spark jobs started in `finish()` carry a job tag of this subtask; a
 watcher thread cancels them when the task is cancelled, so `finish()` returns promptly
-with Spark's cancellation error.
+with Spark's cancellation error (`spark_job_tag`).
 
-Also here, for the TaskExecutor's SparkSessionProvider:
-`spark_job_tag` (that cancellation) and `make_active` (makes a session the one
-`SparkSession.builder.getOrCreate()` returns).
+The session itself is the TaskExecutor's (taskexecutor/spark_bridge.py); the stage only
+asks its OperatorContext for it.
 """
 
 from __future__ import annotations
@@ -199,16 +198,3 @@ def spark_job_tag(spark: SparkSession, context: OperatorContext, what: str) -> I
         done.set()
         watcher.join()
         sc.removeJobTag(tag)
-
-
-def make_active(session: SparkSession) -> None:
-    """Makes `session` PySpark's default session in this process and the active one of the
-    calling thread, so that `SparkSession.builder.getOrCreate()`, `SparkSession.active()`
-    and `getActiveSession()` return it. Call from the thread that will use it."""
-    from pyspark.sql import SparkSession
-
-    jvm_class = SparkSession._get_j_spark_session_class(session._jvm)
-    jvm_class.setDefaultSession(session._jsparkSession)
-    jvm_class.setActiveSession(session._jsparkSession)
-    SparkSession._instantiatedSession = session
-    SparkSession._activeSession = session

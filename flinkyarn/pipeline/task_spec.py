@@ -1,15 +1,17 @@
 """What one JobVertex of a pipeline runs: its chain of operators, where its inputs come
 from and how its outputs are partitioned. The JobGraph builder cloudpickles a
-StreamTaskSpec as the vertex's invokable; the TaskExecutor calls it with the task's
-context, which runs it as a StreamTask."""
+StreamTaskSpec as the vertex's invokable; the TaskExecutor recognises the unpickled spec
+and runs it as a StreamTask of its own (taskexecutor/stream_task.py). A spec is data: it
+is not called, and this package does not know the TaskExecutor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flinkyarn.jobgraph import ShipStrategy
 from flinkyarn.pipeline.operator import Operator
 
-PARTITIONERS = ("forward", "rebalance", "hash", "broadcast")
+PARTITIONERS = tuple(strategy.value for strategy in ShipStrategy)
 
 
 @dataclass(frozen=True)
@@ -22,16 +24,18 @@ class InputSpec:
 @dataclass(frozen=True)
 class OutputSpec:
     """The chain's output to consumer vertex consumer_vertex_id, partitioned so.
-    hash: rows with equal key_columns values go to the same consumer subtask."""
+    hash: rows with equal key_columns values go to the same consumer subtask. A
+    partitioner given by name is kept as its ShipStrategy; an unknown name raises."""
 
     consumer_vertex_id: str
-    partitioner: str
+    partitioner: ShipStrategy
     key_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.partitioner not in PARTITIONERS:
             raise ValueError(f"unknown partitioner {self.partitioner!r}; one of {PARTITIONERS}")
-        if (self.partitioner == "hash") != bool(self.key_columns):
+        object.__setattr__(self, "partitioner", ShipStrategy(self.partitioner))
+        if (self.partitioner is ShipStrategy.HASH) != bool(self.key_columns):
             raise ValueError("a hash partitioner needs key columns, and only it has them")
 
 
@@ -40,7 +44,3 @@ class StreamTaskSpec:
     operators: tuple[Operator, ...]    # the chain, head first; a SourceOperator heads a source
     inputs: tuple[InputSpec, ...] = ()
     outputs: tuple[OutputSpec, ...] = ()
-
-    def __call__(self, context) -> None:
-        from taskexecutor.stream_task import run_stream_task  # only inside a TaskExecutor
-        run_stream_task(self, context)

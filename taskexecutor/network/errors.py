@@ -1,14 +1,28 @@
 """Failures of the data plane, as producers and consumers see them.
 
 Every message names the result partition (and subpartition) concerned, so a task's
-failure cause says which producer it could not read.
+failure cause says which producer it could not read; a consumer's error also carries
+that partition as data (`partition_id`), from which its TaskExecutor reports the
+failure's kind and lost partitions (taskexecutor.task.TaskFailure). Messages are for
+people: no decision reads them.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taskexecutor.network.partition import ResultPartitionID
+
 
 class PartitionException(Exception):
-    """Base of the data plane's partition errors."""
+    """Base of the data plane's partition errors. `partition_id`: the partition that
+    could not be read; set where a consumer reads its inputs (the StreamTask locating a
+    producer, the InputGate for whatever a channel raises), None elsewhere."""
+
+    def __init__(self, message: str = "", partition_id: ResultPartitionID | None = None) -> None:
+        super().__init__(message)
+        self.partition_id = partition_id
 
 
 class PartitionNotFound(PartitionException):

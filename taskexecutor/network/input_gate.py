@@ -19,7 +19,8 @@ from typing import Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from taskexecutor.network.errors import PartitionNotFound, PartitionNotReady, PartitionReleased
+from taskexecutor.network.errors import (PartitionException, PartitionNotFound,
+                                         PartitionNotReady, PartitionReleased)
 from taskexecutor.network.flight import DataClientPool
 from taskexecutor.network.partition import ResultPartitionID, ResultPartitionManager
 from taskexecutor.network.subpartition import END_OF_PARTITION, SubpartitionReader
@@ -216,7 +217,8 @@ class InputGate:
     """Every channel of one task's input. Iterating yields `(channel_index, batch)` from
     all channels as their data arrives, and ends when every channel reached end of
     partition; a failing channel's error (PartitionFailed, PartitionNotFound, ...) is
-    raised from the iteration and closes the gate.
+    raised from the iteration and closes the gate, its `partition_id` set to the
+    channel's partition.
 
     Threading: the task thread iterates (once); one daemon reader thread per channel,
     started by the first iteration, feeds a queue of at most `capacity` batches (default
@@ -280,6 +282,8 @@ class InputGate:
                     self._cond.notify_all()
             self._put_final(index, END_OF_PARTITION)
         except BaseException as error:  # handed to the task thread, which raises it
+            if isinstance(error, PartitionException) and error.partition_id is None:
+                error.partition_id = channel.partition_id
             self._put_final(index, error)
 
     def _put_final(self, index: int, event: object) -> None:

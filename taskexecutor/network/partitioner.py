@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from flinkyarn.jobgraph import ShipStrategy
+
 Routed = list[tuple[int, pa.RecordBatch]]
 
 # The hash of a null key value; any fixed value will do, it only has to be the same
@@ -174,10 +176,11 @@ def _hash_values(column: pa.Array) -> np.ndarray:
     return pd.util.hash_array(values)
 
 
-def make_partitioner(name: str, num_subpartitions: int, key_columns: Sequence[str] = (),
-                     subtask_index: int = 0) -> Partitioner:
-    """The partitioner `name` (flinkyarn.pipeline.task_spec.PARTITIONERS) of producer
-    subtask `subtask_index` for an output with `num_subpartitions` consumers."""
+def make_partitioner(name: ShipStrategy | str, num_subpartitions: int,
+                     key_columns: Sequence[str] = (), subtask_index: int = 0) -> Partitioner:
+    """The partitioner of ship strategy `name` (flinkyarn.jobgraph.ShipStrategy, or its
+    value) of producer subtask `subtask_index` for an output with `num_subpartitions`
+    consumers."""
     if name == "forward":
         return ForwardPartitioner(num_subpartitions)
     if name == "rebalance":

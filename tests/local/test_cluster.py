@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 
@@ -12,6 +13,7 @@ import pytest
 
 from flinkyarn.gateways.resource_manager import DisconnectTaskExecutor, ResourceManagerGateway
 from flinkyarn.job import JobBuilder
+from flinkyarn.rpc.errors import StaleCall
 from flinkyarn.rpc.service import RpcService
 from tests.local import jobs
 from tests.local.conftest import task_executor_process, task_executor_security, wait_for
@@ -132,6 +134,11 @@ def test_a_task_that_ignores_cancel_fails_its_task_executor_after_the_timeout(st
     assert "has not stopped" in log and "invokable(context)" in log  # where the thread was
     assert "fatal error, this TaskExecutor exits: task sleeps (1/1) #0 did not stop within 3 s" in log
     assert stuck not in {te.resource_id for te in cluster.rest.overview().task_executors}
+    # Its goodbye carried its registration's tokens: the ResourceManager took it.
+    appmaster_log = cluster.log_file.read_text()
+    assert f"closing the connection to TaskExecutor {stuck}: TaskExecutor {stuck} failed" \
+        in appmaster_log
+    assert "refused resourcemanager.disconnect_task_executor" not in appmaster_log
     job = JobBuilder("next")
     job.add_vertex("quick", jobs.quick(folder), parallelism=1)
     assert finished(cluster.rest, cluster.rest.submit(job.build())).status == "FINISHED"
@@ -169,6 +176,14 @@ def start_waiting_job(cluster, folder):
     wait_for(lambda: running_tasks(cluster.rest, job_id) == 1, 30, "the task running")
     [executor] = cluster.rest.overview().task_executors
     return job_id, executor.resource_id
+
+
+def registration_at_resource_manager(cluster, resource_id) -> tuple[str, str]:
+    """The ResourceManagerId and InstanceID of the TaskExecutor's latest registration,
+    as it logged them: the tokens its calls to the ResourceManager carry."""
+    text = (cluster.work_dir / "logs" / f"{resource_id}.log").read_text()
+    *_, last = re.finditer(r"registered at ResourceManager (\w+) as (\w+)", text)
+    return last.group(1), last.group(2)
 
 
 def test_killed_task_executor_is_reported_by_the_resource_manager_when_its_process_ends(
@@ -238,17 +253,27 @@ def test_idle_task_executors_are_released_after_the_taskmanager_timeout(start_cl
 def test_task_executor_that_loses_only_its_resource_manager_registers_again_and_keeps_its_tasks(
         cluster, folder):
     job_id, resource_id = start_waiting_job(cluster, folder)
+    resource_manager_id, instance_id = registration_at_resource_manager(cluster, resource_id)
 
-    async def drop_connection():
+    async def drop_connection(instance_id: str):
         # What the ResourceManager does on its side of a network partition: it forgets
         # the TaskExecutor and stops sending heartbeats. The JobMaster still reaches it.
         rpc = RpcService(task_executor_security(cluster))
         try:
             await rpc.connect(cluster.rpc_address, "resourcemanager", ResourceManagerGateway) \
-                .disconnect_task_executor(DisconnectTaskExecutor(resource_id, "partitioned"))
+                .disconnect_task_executor(DisconnectTaskExecutor(
+                    resource_manager_id, instance_id, resource_id, "partitioned"))
         finally:
             await rpc.stop()
-    asyncio.run(drop_connection())
+    # A disconnect of a registration it does not have (any more) is refused, changing nothing.
+    with pytest.raises(StaleCall, match=f"stale instance id of TaskExecutor {resource_id}"):
+        asyncio.run(drop_connection("an-older-registration"))
+    assert [te.resource_id for te in cluster.rest.overview().task_executors] == [resource_id]
+    refusals = [line for line in cluster.log_file.read_text().splitlines()
+                if "refused resourcemanager.disconnect_task_executor" in line]
+    assert len(refusals) == 1 and "Traceback" not in cluster.log_file.read_text()
+
+    asyncio.run(drop_connection(instance_id))
     assert cluster.rest.overview().task_executors == []
 
     # Its ResourceManager heartbeat times out (2 s); it registers again with a slot report
@@ -283,7 +308,7 @@ def test_a_job_the_cluster_can_never_run_is_refused_at_submit(cluster):
     with pytest.raises(RestError, match=(
             r"job 'wide' needs 17 slots at once \(its largest pipelined region\), more than this "
             r"cluster can ever offer: 16 \(8 TaskExecutors of 2 slots "
-            r"\(taskmanager.numberOfTaskSlots\); resourcemanager.local.max-taskmanagers = 8\)")):
+            r"\(taskmanager.numberOfTaskSlots\); resourcemanager.max-taskmanagers = 8\)")):
         cluster.rest.submit(wide(17))
     assert cluster.rest.jobs().jobs == []
     assert cluster.rest.overview().task_executors == []

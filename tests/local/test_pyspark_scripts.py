@@ -157,7 +157,7 @@ def test_two_scripts_side_by_side_exit_status_and_cancel(tmp_path):
     script.write_text(SLOW_SCRIPT)
     go = tmp_path / "go"
     conf = Configuration.load(overrides={"taskmanager.numberOfTaskSlots": "2",
-                                         "resourcemanager.local.max-taskmanagers": "1",
+                                         "resourcemanager.max-taskmanagers": "1",
                                          "heartbeat.interval": "500 ms",
                                          "heartbeat.timeout": "5 s"})
     settings = PySparkSettings(master="local", working_dir=str(tmp_path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Protocol
 
 import grpc
@@ -205,7 +206,7 @@ def test_oversized_message_is_refused(security):
     run(scenario)
 
 
-def test_stale_fencing_token_is_dropped(security):
+def test_stale_fencing_token_is_dropped(security, caplog):
     async def scenario():
         server, counter, task = await serve(security)
         client = RpcService(security)
@@ -214,7 +215,12 @@ def test_stale_fencing_token_is_dropped(security):
             await gateway.add(Add("leader-1", 5))
         assert counter.value == 0
         await shutdown(server, counter, task, client)
-    run(scenario)
+    with caplog.at_level(logging.INFO, logger="flinkyarn.rpc.service"):
+        run(scenario)
+    # The refusal is logged once, as the caller's mistake: no traceback.
+    [refusal] = [r for r in caplog.records if "stale leader id" in r.getMessage()]
+    assert refusal.getMessage().startswith("refused counter.add: stale leader id")
+    assert refusal.exc_info is None and refusal.levelno == logging.INFO
 
 
 def test_unknown_endpoint_and_method(security):

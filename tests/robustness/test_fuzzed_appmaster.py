@@ -86,7 +86,7 @@ def ended(rest, job_id: str, timeout: float = 60.0):
 def target(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("fuzzed")
     # At most two TaskExecutors: a fuzzed submission that happens to be valid runs on them.
-    conf = Configuration.load(overrides={**FAST, "resourcemanager.local.max-taskmanagers": "2"})
+    conf = Configuration.load(overrides={**FAST, "resourcemanager.max-taskmanagers": "2"})
     cluster = LocalCluster(conf, work_dir=work_dir / "cluster")
     try:
         rest = cluster.start()

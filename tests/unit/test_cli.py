@@ -40,3 +40,15 @@ def test_a_failure_cause_of_many_lines_is_printed_under_its_summary(capsys):
         "  cause: boom (1/1) failed: ValueError: bad row 7 (in task boom (1/1) #1)\n"
         '      File "/home/user/job.py", line 3, in parse\n'
         "    caused by: KeyError: 'id'\n")
+
+
+def test_the_default_target_is_execution_target_and_auto_looks_for_yarn(tmp_path, monkeypatch):
+    from flinkyarn.configuration import Configuration
+    from yarn_client.cli import default_target
+
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    assert default_target(Configuration({"execution.target": "yarn-session"})) == "yarn-session"
+    assert default_target(Configuration()) == "local"
+    (tmp_path / "yarn-site.xml").write_text("<configuration/>")
+    assert default_target(Configuration()) == "yarn-per-job"
+    assert default_target(Configuration({"execution.target": "local"})) == "local"

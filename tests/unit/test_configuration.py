@@ -99,7 +99,7 @@ def test_unset_options_have_their_defaults():
     assert conf.get(options.TASK_MANAGER_PROCESS_MEMORY) == 1 << 30
     assert conf.get(options.NUM_TASK_SLOTS) == 2
     assert conf.get(options.EXECUTION_ATTACHED) is True
-    assert conf.get(options.EXECUTION_TARGET) == "local"
+    assert conf.get(options.EXECUTION_TARGET) == "auto"
     assert conf.raw() == {}
 
 
@@ -126,7 +126,7 @@ def test_set_values_are_typed():
     ("taskmanager.cpu.cores", "0", "greater than 0"),
     ("rest.port", "70000", "from 0 to 65535"),
     ("execution.attached", "yes", "true or false"),
-    ("execution.target", "kubernetes", "one of local, yarn-per-job, yarn-session"),
+    ("execution.target", "kubernetes", "one of auto, local, yarn-per-job, yarn-session"),
 ])
 def test_a_bad_value_fails_naming_key_value_and_expected_form(key, value, expected):
     with pytest.raises(ConfigurationError) as failure:
@@ -343,3 +343,18 @@ def test_a_vertex_above_the_max_parallelism_is_refused_naming_the_option():
         options.check_job_graph(job(10), Configuration.from_raw({"pipeline.max-parallelism": "4"}))
     with pytest.raises(ConfigurationError, match="'pipeline.max-parallelism' must be -1 or at least 1"):
         options.check_job_graph(job(1, **{"pipeline.max-parallelism": "0"}), Configuration())
+
+
+def test_a_deprecated_key_is_read_as_its_option_now_with_a_warning(caplog):
+    conf = Configuration({"resourcemanager.local.max-taskmanagers": "3"}, source="a file")
+
+    assert conf.get(options.MAX_TASK_MANAGERS) == 3
+    assert conf.raw() == {"resourcemanager.max-taskmanagers": "3"}  # other processes: the new key
+    assert "'resourcemanager.local.max-taskmanagers' in a file is deprecated: use " \
+           "'resourcemanager.max-taskmanagers'" in caplog.text
+
+
+def test_the_current_key_wins_over_a_deprecated_one():
+    conf = Configuration({"resourcemanager.local.max-taskmanagers": "3",
+                          "resourcemanager.max-taskmanagers": "5"})
+    assert conf.get(options.MAX_TASK_MANAGERS) == 5

@@ -8,15 +8,15 @@ import time
 import pytest
 
 from flinkyarn.configuration import Configuration
+from flinkyarn.gateways.job_master import FailureKind
 from flinkyarn.ids import ExecutionVertexID, JobID, JobVertexID
 from flinkyarn.jobgraph import (DistributionPattern, JobEdge, JobGraph, JobVertex,
                                 ResultPartitionType)
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState
-from yarn_am.jobmaster.failover_strategy import (FailureKind, RegionFailoverStrategy,
+from yarn_am.jobmaster.failover_strategy import (RegionFailoverStrategy,
                                                  RestartAllFailoverStrategy,
-                                                 RestartIndividualFailoverStrategy,
-                                                 classify_failure, named_partitions)
+                                                 RestartIndividualFailoverStrategy)
 
 S = ExecutionState
 PIPELINED, BLOCKING = ResultPartitionType.PIPELINED, ResultPartitionType.BLOCKING
@@ -138,7 +138,7 @@ def test_a_partition_read_failure_with_no_known_lost_input_reruns_every_upstream
     set_state(eg, S.FAILED, "b0")
 
     # x feeds b pipelined: x, b0 and b1 are one region.
-    assert region_restart(eg, "b0", "partition") == evs("a0", "a1", "b0", "b1", "x0")
+    assert region_restart(eg, "b0", PARTITION) == evs("a0", "a1", "b0", "b1", "x0")
     assert region_restart(eg, "b0", TASK) == evs("b0", "b1", "x0")
 
 
@@ -209,28 +209,6 @@ def test_the_region_index_is_built_once_per_graph():
     strategy.tasks_to_restart(eg, ev("b", 1))
 
     assert strategy._topology is index
-
-
-# ---- failure texts --------------------------------------------------------------------------
-
-@pytest.mark.parametrize("error, kind", [
-    ("ZeroDivisionError: division by zero (in task B (1/2))", TASK),
-    ("PartitionNotFound: subpartition 0 of result partition ab12#3 of job j: not registered",
-     PARTITION),
-    ("PartitionFailed: subpartition 1 of result partition ab12#0 of job j: the producer's "
-     "TaskExecutor at 127.0.0.1:1 is unreachable: connection refused", PARTITION),
-    ("the producer's TaskExecutor is unreachable", PARTITION),
-    (None, TASK),
-])
-def test_partition_read_failures_are_recognised_by_their_text(error, kind):
-    assert classify_failure(error) is kind
-
-
-def test_the_partitions_a_failure_text_names():
-    text = ("PartitionFailed: subpartition 1 of result partition 0a1f#3 of job j; "
-            "result partition beef#12 of job j")
-    assert named_partitions(text) == [("0a1f", 3), ("beef", 12)]
-    assert named_partitions("boom") == [] and named_partitions(None) == []
 
 
 # ---- scale ----------------------------------------------------------------------------------

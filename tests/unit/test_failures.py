@@ -19,7 +19,7 @@ from flinkyarn.gateways.job_master import TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
 from flinkyarn.pipeline.operators import FilterOperator, MapOperator
 from taskexecutor.stream_task import _call
-from taskexecutor.task import Task
+from taskexecutor.task import Task, TaskFailure
 
 PROGRAM = "/home/user/pipeline.py"  # the client's path: not on this machine
 BATCH = pa.record_batch([pa.array([1, 2, 3])], names=["n"])
@@ -245,7 +245,7 @@ def test_a_task_reports_where_its_user_function_failed():
         def invoke(ctx):
             raise ValueError("no such column 'x'") from KeyError("x")
     """
-    reported: list[tuple[TaskState, str | None]] = []
+    reported: list[tuple[TaskState, TaskFailure | None]] = []
     ended = threading.Event()
 
     def report(task, state, cause):
@@ -260,9 +260,9 @@ def test_a_task_reports_where_its_user_function_failed():
     Task(deployment, report).start()
     assert ended.wait(30), "the task did not end"
 
-    state, cause = reported[-1]
+    state, failure = reported[-1]
     assert state is TaskState.FAILED
-    assert cause.splitlines() == [
+    assert failure.cause.splitlines() == [
         "ValueError: no such column 'x' (in task boom (1/1) #1)",
         f'  File "{PROGRAM}", line {line_of(source, "raise ValueError")}, in invoke',
         "caused by: KeyError: 'x'"]

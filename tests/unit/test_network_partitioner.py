@@ -11,6 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from flinkyarn.ids import JobVertexID
+from flinkyarn.jobgraph import JobEdge, ShipStrategy
+from flinkyarn.pipeline.task_spec import OutputSpec
+from flinkyarn.rpc import codec
+from flinkyarn.rpc.errors import MalformedMessage
 from taskexecutor.network.partitioner import (BroadcastPartitioner, HashPartitioner,
                                               hash_rows, make_partitioner)
 
@@ -131,3 +136,17 @@ def test_unknown_partitioners_and_bad_arguments_are_refused():
         make_partitioner("hash", 2)
     with pytest.raises(ValueError, match="at least one subpartition"):
         make_partitioner("forward", 0)
+
+
+def test_a_ship_strategy_is_an_enum_kept_by_the_spec_and_sent_by_its_value():
+    assert OutputSpec("b", "hash", ("k",)).partitioner is ShipStrategy.HASH
+    assert OutputSpec("b", ShipStrategy.REBALANCE) == OutputSpec("b", "rebalance")
+    with pytest.raises(ValueError, match="unknown partitioner 'shuffle'"):
+        OutputSpec("b", "shuffle")
+    assert isinstance(make_partitioner(ShipStrategy.BROADCAST, 2), BroadcastPartitioner)
+
+    edge = JobEdge(JobVertexID("a"), JobVertexID("b"), partitioner=ShipStrategy.BROADCAST)
+    wire = codec.encode(edge)
+    assert b"broadcast" in wire and codec.decode(wire, JobEdge) == edge
+    with pytest.raises(MalformedMessage, match="partitioner"):
+        codec.decode(wire.replace(b"broadcast", b"broadcasx"), JobEdge)

@@ -6,8 +6,9 @@ from collections import Counter
 
 import pytest
 
-from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID, JobID,
-                           JobVertexID, ResourceID)
+from flinkyarn.gateways.job_master import FailureKind
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID,
+                           IntermediateResultPartitionID, JobID, JobVertexID, ResourceID)
 from flinkyarn.jobgraph import (DistributionPattern, JobEdge, JobGraph, JobVertex,
                                ResultPartitionType, ScheduleMode)
 from flinkyarn.resources import UNKNOWN, ResourceProfile
@@ -21,6 +22,7 @@ from yarn_am.jobmaster.scheduler import (CancelSlotRequest, CancelTask, DeployTa
 
 S = ExecutionState
 BLOCKING = ResultPartitionType.BLOCKING
+TASK, PARTITION = FailureKind.TASK, FailureKind.PARTITION
 EAGER, LAZY = ScheduleMode.EAGER, ScheduleMode.LAZY_FROM_SOURCES
 
 
@@ -67,9 +69,11 @@ class Cluster:
             d = deploy.descriptor
             self.deployed[ExecutionVertexID(d.vertex_id, d.subtask_index)] = d
 
-    def report(self, evid: ExecutionVertexID, state: ExecutionState, error=None) -> list:
+    def report(self, evid: ExecutionVertexID, state: ExecutionState, error=None,
+               kind: FailureKind = TASK, lost=()) -> list:
         self.now += 1.0
-        out = self.s.task_state_changed(self.deployed[evid].attempt_id, state, error, self.now)
+        out = self.s.task_state_changed(self.deployed[evid].attempt_id, state, error, self.now,
+                                        failure_kind=kind, lost_partitions=list(lost))
         self.record(out)
         return out
 
@@ -707,9 +711,8 @@ def test_a_partition_read_failure_reruns_the_producer_first():
     c.report(ev("b", 0), S.RUNNING)
     result = c.s.execution_graph.results()[0].id
 
-    out = c.report(ev("b", 0), S.FAILED,
-                   f"PartitionFailed: subpartition 0 of result partition {result}#1 of job job: "
-                   "the producer's TaskExecutor at te-1:1 is unreachable")
+    out = c.report(ev("b", 0), S.FAILED, "the producer's TaskExecutor is unreachable",
+                   PARTITION, [IntermediateResultPartitionID(result, 1)])
 
     assert c.s.restart_records()[0].restarted == (ev("a", 1), ev("b", 0))
     redeployed = c.restart_due(out)
@@ -719,6 +722,57 @@ def test_a_partition_read_failure_reruns_the_producer_first():
     after = c.finish(ev("a", 1))
     assert [(d.descriptor.vertex_id, d.descriptor.attempt_number)
             for d in of(after, DeployTask) + of(c.assign(after), DeployTask)] == [("b", 1)]
+
+
+def test_a_failure_whose_text_reads_like_a_partition_error_is_the_tasks_own_by_its_kind():
+    # The kind decides, never the text: a user's error quoting a partition error (as the
+    # old text match took for one) re-runs no producer.
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, _ = restartable([vertex("a", 2), vertex("b", 1, group=None)], edges, mode=LAZY,
+                       failover="region")
+    c.finish(ev("a", 0))
+    c.finish(ev("a", 1))
+    c.assign([RequestSlot("b#0", UNKNOWN)])
+    result = c.s.execution_graph.results()[0].id
+
+    c.report(ev("b", 0), S.FAILED,
+             f"ValueError: PartitionFailed: subpartition 0 of result partition {result}#1 of "
+             "job job: the producer's TaskExecutor at te-1:1 is unreachable", TASK)
+
+    assert c.s.restart_records()[0].restarted == (ev("b", 0),)
+
+
+def test_a_slot_lost_with_an_unreachable_task_executor_is_a_task_failure():
+    # Whatever its cause says: the outputs that TaskExecutor kept are task_executor_lost's.
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING)]
+    c, _ = restartable([vertex("a", 2), vertex("b", 1, group=None)], edges, mode=LAZY,
+                       failover="region")
+    c.finish(ev("a", 0))
+    c.finish(ev("a", 1))
+    c.assign([RequestSlot("b#0", UNKNOWN)])
+    c.report(ev("b", 0), S.RUNNING)
+
+    c.s.slot_lost("b#0", "TaskExecutor te-2 is unreachable: connection refused", 9.0)
+
+    assert c.s.restart_records()[0].restarted == (ev("b", 0),)
+
+
+def test_lost_partitions_of_another_job_or_past_the_end_are_ignored():
+    edges = [JobEdge(JobVertexID("a"), JobVertexID("b"), partition_type=BLOCKING,
+                     distribution=DistributionPattern.POINTWISE)]
+    c, _ = restartable([vertex("a", 2), vertex("b", 2, group=None)], edges, mode=LAZY,
+                       failover="region")
+    c.finish(ev("a", 0))
+    c.finish(ev("a", 1))
+    c.assign([RequestSlot("b#0", UNKNOWN), RequestSlot("b#1", UNKNOWN)])
+    result = c.s.execution_graph.results()[0].id
+
+    c.report(ev("b", 0), S.FAILED, "lost", PARTITION,
+             [IntermediateResultPartitionID("not-ours", 0),
+              IntermediateResultPartitionID(result, 7)])
+
+    # Nothing known lost: every blocking input of b#0 from outside its region is (a#0).
+    assert c.s.restart_records()[0].restarted == (ev("a", 0), ev("b", 0))
 
 
 def test_outputs_lost_with_a_task_executor_rerun_with_the_consumer_that_needs_them():
@@ -731,7 +785,7 @@ def test_outputs_lost_with_a_task_executor_rerun_with_the_consumer_that_needs_th
     lost_te = c.attempt(ev("a", 0)).slot.resource_id
 
     assert c.s.task_executor_lost(lost_te, 9.0) == []
-    c.report(ev("b", 0), S.FAILED, "PartitionNotFound: not registered within 60 s")
+    c.report(ev("b", 0), S.FAILED, "not registered within 60 s", PARTITION)
 
     assert c.s.restart_records()[0].restarted == (ev("a", 0), ev("b", 0))
 
@@ -744,7 +798,7 @@ def test_a_later_failure_takes_over_the_subtasks_of_a_pending_restart():
     c.finish(ev("a", 0))
     c.assign([RequestSlot("default/1", UNKNOWN)])
     first = c.report(ev("b", 0), S.FAILED, "boom")                  # restarts b#0
-    second = c.report(ev("b", 1), S.FAILED, "PartitionNotFound: x")  # a#0 and all of b
+    second = c.report(ev("b", 1), S.FAILED, "x", PARTITION)  # a#0 and all of b
 
     assert c.s.restart_records()[1].restarted == (ev("a", 0), ev("b", 0), ev("b", 1))
     assert c.restart_due(first) == []  # b#0 is the second restart's now
@@ -766,8 +820,8 @@ def test_a_restarted_consumer_waits_while_its_producer_waits_for_its_own_restart
     c.finish(ev("a", 1))
     result = c.s.execution_graph.results()[0].id
     first = c.report(ev("b", 0), S.FAILED, "boom")  # b#0 only: a's output is kept
-    second = c.report(ev("b", 1), S.FAILED,        # a#1's output is gone
-                      f"PartitionNotFound: result partition {result}#1 of job job")
+    second = c.report(ev("b", 1), S.FAILED, "gone",  # a#1's output is gone
+                      PARTITION, [IntermediateResultPartitionID(result, 1)])
     assert c.s.restart_records()[1].restarted == (ev("a", 1), ev("b", 1))
 
     # b#0's restart comes first; a#1 is finished but about to re-run: b#0 must not read it

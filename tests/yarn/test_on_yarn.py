@@ -140,7 +140,7 @@ def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
                                          "resourcemanager.taskmanager-timeout": "4 s",
                                          "taskmanager.numberOfTaskSlots": "2",
-                                         "resourcemanager.local.max-taskmanagers": "1000"})
+                                         "resourcemanager.max-taskmanagers": "1000"})
     deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,))).deploy("session")
     rest, app_id = deployment.rest, deployment.app_id
     try:

@@ -20,10 +20,11 @@ Region rules, as the specification's "Error Recovery" states them:
 2. Every region that restarts needs its blocking inputs. For each input that is *lost*,
    the producer's region restarts too, and so on transitively, reusing every blocking
    result that survives. An input is lost when its producer is in `lost_outputs` (the
-   Scheduler's knowledge: a TaskExecutor that kept it was lost, or a failure named the
-   partition). For a failure of kind PARTITION (the failed task could not read an
-   input) of which no input is known lost, every blocking input from outside its region
-   is taken as lost: the strategy cannot tell which one failed.
+   Scheduler's knowledge: a TaskExecutor that kept it was lost, or a failure's
+   `lost_partitions` named the partition). For a failure of kind PARTITION (the failed
+   task could not read an input; flinkyarn.gateways.job_master.FailureKind) of which no
+   input is known lost, every blocking input from outside its region is taken as lost:
+   the strategy cannot tell which one failed.
 3. A region that re-runs regenerates the blocking outputs of its FINISHED subtasks
    (only a finished blocking partition can have been read). Through a deterministic
    edge (hash, forward, broadcast) the data is the same again, and consumers that read
@@ -45,56 +46,21 @@ connection. bench/failover.py measures it on 1000 x 1000 and 2000 x 2000 graphs.
 
 from __future__ import annotations
 
-import enum
-import re
 from collections import deque
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
-from flinkyarn.ids import ExecutionVertexID, IntermediateDataSetID
+from flinkyarn.gateways.job_master import FailureKind
+from flinkyarn.ids import ExecutionVertexID
 from flinkyarn.jobgraph import DistributionPattern, ResultPartitionType
 from yarn_am.jobmaster.execution_graph import (ExecutionGraph, ExecutionState,
                                                IntermediateResultPartition)
 
 __all__ = ["FailoverStrategy", "FailureKind", "RegionFailoverStrategy",
            "RestartAllFailoverStrategy", "RestartIndividualFailoverStrategy",
-           "classify_failure", "create", "from_configuration", "named_partitions"]
-
-
-class FailureKind(str, enum.Enum):
-    """What failed: the task itself, or its reading of an upstream result."""
-
-    TASK = "task"
-    PARTITION = "partition"
-
-
-# The data plane's exception names, as task failure texts carry them
-# ("PartitionFailed: ... result partition <id>#<n> ...: the producer's TaskExecutor at
-# ... is unreachable"); see taskexecutor/network/errors.py and wire.py.
-_PARTITION_MARKERS = ("PartitionNotFound", "PartitionFailed", "unreachable")
-_PARTITION_NAME = re.compile(r"result partition ([0-9a-f]+)#(\d+)")
-
-
-def classify_failure(error: str | None) -> FailureKind:
-    """PARTITION when a task's failure text says it could not read an upstream result
-    (it contains "PartitionNotFound", "PartitionFailed" or "unreachable"), else TASK.
-
-    A text match, because TaskExecutors report failures as text today; once a report
-    carries a structured kind, the Scheduler should take that instead."""
-    if error and any(marker in error for marker in _PARTITION_MARKERS):
-        return FailureKind.PARTITION
-    return FailureKind.TASK
-
-
-def named_partitions(error: str | None) -> list[tuple[IntermediateDataSetID, int]]:
-    """The (result id, partition number) of every result partition a failure text
-    names, as the data plane prints them ("result partition <id>#<n>")."""
-    if not error:
-        return []
-    return [(IntermediateDataSetID(m.group(1)), int(m.group(2)))
-            for m in _PARTITION_NAME.finditer(error)]
+           "create", "from_configuration"]
 
 
 class FailoverStrategy(Protocol):
@@ -112,7 +78,7 @@ class FailoverStrategy(Protocol):
     def validate(self, graph: ExecutionGraph) -> None: ...
 
     def tasks_to_restart(self, graph: ExecutionGraph, failed: ExecutionVertexID,
-                         cause_kind: FailureKind | str = FailureKind.TASK,
+                         cause_kind: FailureKind = FailureKind.TASK,
                          lost_outputs: AbstractSet[ExecutionVertexID] = frozenset(),
                          ) -> set[ExecutionVertexID]: ...
 
@@ -127,7 +93,7 @@ class RestartAllFailoverStrategy:
         pass
 
     def tasks_to_restart(self, graph: ExecutionGraph, failed: ExecutionVertexID,
-                         cause_kind: FailureKind | str = FailureKind.TASK,
+                         cause_kind: FailureKind = FailureKind.TASK,
                          lost_outputs: AbstractSet[ExecutionVertexID] = frozenset(),
                          ) -> set[ExecutionVertexID]:
         return {vertex.id for vertex in graph.execution_vertices()}
@@ -149,7 +115,7 @@ class RestartIndividualFailoverStrategy:
                 f"{first.source} -> {first.target}). Use 'region' or 'full'.")
 
     def tasks_to_restart(self, graph: ExecutionGraph, failed: ExecutionVertexID,
-                         cause_kind: FailureKind | str = FailureKind.TASK,
+                         cause_kind: FailureKind = FailureKind.TASK,
                          lost_outputs: AbstractSet[ExecutionVertexID] = frozenset(),
                          ) -> set[ExecutionVertexID]:
         return {failed}
@@ -217,13 +183,13 @@ class RegionFailoverStrategy:
         pass
 
     def tasks_to_restart(self, graph: ExecutionGraph, failed: ExecutionVertexID,
-                         cause_kind: FailureKind | str = FailureKind.TASK,
+                         cause_kind: FailureKind = FailureKind.TASK,
                          lost_outputs: AbstractSet[ExecutionVertexID] = frozenset(),
                          ) -> set[ExecutionVertexID]:
         topology = self._topology_of(graph)
         failed_region = topology.region_of[failed]
         lost = lost_outputs
-        if FailureKind(cause_kind) is FailureKind.PARTITION:
+        if cause_kind is FailureKind.PARTITION:
             upstream = [p.producer for p in graph.vertex(failed).consumed_partitions
                         if p.result.partition_type is ResultPartitionType.BLOCKING
                         and topology.region_of[p.producer] != failed_region]

@@ -27,8 +27,8 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (AcceptedSlots, DisconnectTaskManager,
                                            JobMasterGateway, OfferSlots, PartitionLocation,
-                                           RegisterTaskManager, ReportTaskOutput,
-                                           RequestPartitionLocation,
+                                           PartitionLocationState, RegisterTaskManager,
+                                           ReportTaskOutput, RequestPartitionLocation,
                                            SlotRequestFailed as SlotRequestFailedCall,
                                            TaskManagerRegistration, UpdateTaskExecutionState,
                                            job_master_endpoint)
@@ -38,8 +38,9 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlot
                                                  ResourceManagerGateway)
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import JobMasterId, ResourceID, ResourceManagerId, new_id
+from flinkyarn.ids import InstanceID, JobMasterId, ResourceID, ResourceManagerId, new_id
 from flinkyarn.jobgraph import JobGraph
+from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import InvalidRequest, NotFound, RemoteError, RpcError, Unreachable
@@ -95,6 +96,7 @@ class TaskManagerRecord:
     address: str
     data_address: str
     gateway: te.TaskExecutorGateway
+    registration_id: InstanceID
 
 
 class JobMaster(RpcEndpoint):
@@ -168,16 +170,20 @@ class JobMaster(RpcEndpoint):
     # --------------------------------------------------------- ResourceManager
 
     async def _connect_to_resource_manager(self) -> None:
-        delay = self.config.registration.initial_backoff
+        """Registers until it succeeds, pausing between attempts as flinkyarn.registration
+        says. An attempt has rpc.ask-timeout (the ResourceManager is in this process:
+        the doubling attempt timeouts are the TaskExecutors')."""
+        policy = self.config.registration
         while True:
             try:
                 registration = await self._rm.register_job_master(RegisterJobMaster(
                     self.job_id, self.job_master_id, self.resource_id, self.rpc.address))
                 break
             except RpcError as error:
-                log.info("job %s: registering at the ResourceManager failed: %s", self.job_id, error)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.config.registration.max_backoff)
+                pause, _ = registration_retry.next_attempt(policy, policy.initial_backoff, error)
+                log.info("job %s: registering at the ResourceManager failed (%s); retrying "
+                         "in %g s", self.job_id, error, pause)
+                await asyncio.sleep(pause)
         self.resource_manager_id = registration.resource_manager_id
         self._rm_resource_id = registration.resource_manager_resource_id
         self._rm_heartbeats.monitor_target(self._rm_resource_id)
@@ -207,12 +213,17 @@ class JobMaster(RpcEndpoint):
             raise InvalidRequest(f"this is the JobMaster of job {self.job_id}, not "
                                  f"{request.job_id}")
         gateway = self.rpc.connect(request.address, "taskexecutor", te.TaskExecutorGateway)
-        self.task_managers[request.resource_id] = TaskManagerRecord(
-            request.resource_id, request.address, request.data_address, gateway)
+        # A new handle for every registration: the one it replaces becomes stale.
+        if request.resource_id in self.task_managers:
+            log.info("job %s: TaskExecutor %s registers again", self.job_id, request.resource_id)
+        record = TaskManagerRecord(request.resource_id, request.address, request.data_address,
+                                   gateway, InstanceID(new_id()))
+        self.task_managers[request.resource_id] = record
         self._tm_heartbeats.monitor_target(
             request.resource_id, lambda heartbeat: gateway.heartbeat_from_job_master(heartbeat))
         self._run_pool(self.slot_pool.register_task_executor(request.resource_id))
-        return TaskManagerRegistration(self.job_master_id, self.resource_id)
+        return TaskManagerRegistration(self.job_master_id, self.resource_id,
+                                       record.registration_id)
 
     async def offer_slots(self, request: OfferSlots) -> AcceptedSlots:
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
@@ -224,7 +235,8 @@ class JobMaster(RpcEndpoint):
     async def update_task_execution_state(self, request: UpdateTaskExecutionState) -> Ack:
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
         self._run_scheduler(self.scheduler.task_state_changed(
-            request.attempt_id, ExecutionState(request.state.value), request.error, self._now()))
+            request.attempt_id, ExecutionState(request.state.value), request.error, self._now(),
+            failure_kind=request.failure_kind, lost_partitions=request.lost_partitions))
         return ACK
 
     async def report_task_output(self, request: ReportTaskOutput) -> Ack:
@@ -251,21 +263,33 @@ class JobMaster(RpcEndpoint):
         execution = vertex.current_execution
         if execution.state in (ExecutionState.FAILED, ExecutionState.CANCELED,
                                ExecutionState.CANCELING):
-            return PartitionLocation("failed", error=f"producer {vertex.task_name} is "
+            return PartitionLocation(PartitionLocationState.FAILED,
+                                     error=f"producer {vertex.task_name} is "
                                      f"{execution.state.value}: {execution.failure_cause or ''}")
         slot = execution.slot
         record = self.task_managers.get(slot.resource_id) if slot is not None else None
         if execution.state is ExecutionState.FINISHED and record is None:
             # Its TaskExecutor is gone, and the result with it: fail the consumer at once
             # (a partition failure, so region failover re-runs the producer).
-            return PartitionLocation("failed", error=f"result partition {request.result_id}"
+            return PartitionLocation(PartitionLocationState.FAILED,
+                                     error=f"result partition {request.result_id}"
                                      f"#{request.partition_number} lost with TaskExecutor "
                                      f"{slot.resource_id if slot else '?'}")
         if execution.state in (ExecutionState.CREATED, ExecutionState.SCHEDULED) or record is None:
-            return PartitionLocation("pending")
-        return PartitionLocation("ready", record.resource_id, record.data_address)
+            return PartitionLocation(PartitionLocationState.PENDING)
+        return PartitionLocation(PartitionLocationState.READY, record.resource_id,
+                                 record.data_address)
 
     async def disconnect_task_manager(self, request: DisconnectTaskManager) -> Ack:
+        check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        if request.resource_manager_id is not None:
+            # The process ended: whichever registration it has here goes with it.
+            check_fencing(self.resource_manager_id, request.resource_manager_id,
+                          "ResourceManager id")
+        else:
+            record = self.task_managers.get(request.resource_id)
+            check_fencing(record.registration_id if record else None, request.registration_id,
+                          f"registration id of TaskExecutor {request.resource_id}")
         self._task_manager_lost(request.resource_id, request.cause)
         return ACK
 
@@ -285,7 +309,8 @@ class JobMaster(RpcEndpoint):
         self._run_scheduler(self.scheduler.task_executor_lost(resource_id, self._now()))
         self._run_pool(self.slot_pool.release_task_manager(resource_id, cause, self._now()))
         self.spawn(self._quietly(record.gateway.disconnect_job_manager(
-            te.DisconnectJobManager(self.job_id, cause))), f"disconnect-{resource_id}")
+            te.DisconnectJobManager(self.job_master_id, self.job_id, cause))),
+            f"disconnect-{resource_id}")
 
     # ----------------------------------------------------------------- commands
 
@@ -400,6 +425,20 @@ class JobMaster(RpcEndpoint):
             await call
         except RpcError as error:
             log.info("job %s: %s", self.job_id, error)
+
+    async def abandon(self, cause: str) -> None:
+        """Called by the Dispatcher's supervisor once run() raised (the endpoint has
+        stopped): tells every TaskExecutor this JobMaster knew, and the ResourceManager,
+        that it is gone, so the job's tasks stop and its slots, partitions and pending
+        slot requests go now rather than at their heartbeat timeouts. Best effort: a
+        peer it cannot reach finds out by its heartbeat timeout; raises no RpcError."""
+        calls = [self._quietly(record.gateway.disconnect_job_manager(
+            te.DisconnectJobManager(self.job_master_id, self.job_id, cause)))
+            for record in self.task_managers.values()]
+        if self.resource_manager_id is not None:
+            calls.append(self._quietly(self._rm.disconnect_job_master(DisconnectJobMaster(
+                self.job_id, self.job_master_id, cause))))
+        await asyncio.gather(*calls)
 
     # -------------------------------------------------------------- termination
 

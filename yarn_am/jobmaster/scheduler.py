@@ -64,11 +64,13 @@ failure. For each failure, while the job is RUNNING:
 The job stays RUNNING through restarts (JobStatus.RESTARTING is not used: the pending
 restarts are this Scheduler's state, see pending_restarts). A later failure whose set
 overlaps a pending restart takes its subtasks over (Flink's vertex versioning): the
-older restart, when due, restarts only the subtasks still its own. A failure of kind
-PARTITION (failover_strategy.classify_failure: the text names PartitionNotFound,
-PartitionFailed or "unreachable") marks the partitions it names lost; so does
-task_executor_lost for the finished subtasks whose output that TaskExecutor kept. Lost
-outputs make the region strategy re-run their producers. cancel() and a job failure
+older restart, when due, restarts only the subtasks still its own. A FAILED report of
+kind PARTITION (FailureKind: the task could not read an upstream partition, as its
+TaskExecutor tells from the exception; the error text is never parsed) marks the
+partitions in its `lost_partitions` lost; so does task_executor_lost for the finished
+subtasks whose output that TaskExecutor kept. Lost outputs make the region strategy
+re-run their producers. Every other failure (a lost slot, a failed deployment or slot
+request, the task's own error) is of kind TASK. cancel() and a job failure
 drop every pending restart: a restart_due for it afterwards returns nothing.
 """
 
@@ -76,13 +78,15 @@ from __future__ import annotations
 
 import enum
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from flinkyarn.gateways.job_master import FailureKind
 from flinkyarn.gateways.task_executor import (ConsumedPartition, ProducedPartition,
                                               TaskDeploymentDescriptor)
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID,
-                           IntermediateDataSetID, JobVertexID, ResourceID)
+                           IntermediateDataSetID, IntermediateResultPartitionID, JobVertexID,
+                           ResourceID)
 from flinkyarn.jobgraph import DistributionPattern, JobGraph, ResultPartitionType, ScheduleMode
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 from flinkyarn.rpc.security import partition_ticket
@@ -90,7 +94,7 @@ from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.execution_graph import (DEPLOYMENT_CHAIN, ExecutionGraph,
                                                ExecutionState, ExecutionVertex,
                                                IntermediateResult, JobStatus, SlotInfo)
-from yarn_am.jobmaster.failover_strategy import FailoverStrategy, FailureKind
+from yarn_am.jobmaster.failover_strategy import FailoverStrategy
 from yarn_am.jobmaster.restart_strategy import (NoRestartBackoffTimeStrategy,
                                                 RestartBackoffTimeStrategy)
 
@@ -362,11 +366,17 @@ class Scheduler:
         return commands
 
     def task_state_changed(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
-                           error: str | None, now: float) -> list[Command]:
+                           error: str | None, now: float, *,
+                           failure_kind: FailureKind = FailureKind.TASK,
+                           lost_partitions: Sequence[IntermediateResultPartitionID] = (),
+                           ) -> list[Command]:
         """A TaskExecutor reports an attempt INITIALIZING, RUNNING, FINISHED, FAILED or
         CANCELED. Stale attempts, reports after a terminal state and progress older than
         what is known are dropped. A terminal report for a CANCELING attempt completes
-        its cancellation; CANCELED without being asked counts as a failure."""
+        its cancellation; CANCELED without being asked counts as a failure (of kind
+        TASK). For FAILED, `failure_kind` and `lost_partitions` (this job's partitions
+        the task could not read; others are ignored) steer the failover, `error` is
+        only shown."""
         if state not in _REPORTABLE:
             raise ValueError(f"a TaskExecutor cannot report {state.value}")
         execution = self._graph.execution(attempt_id)
@@ -380,8 +390,10 @@ class Scheduler:
             return self._settle(now)
         if state is _S.CANCELED:
             state, error = _S.FAILED, error or "canceled without the JobMaster asking"
+            failure_kind, lost_partitions = FailureKind.TASK, ()
         if state is _S.FAILED:
-            return self._fail_tasks([execution.vertex_id], error or "unknown error", now)
+            return self._fail_tasks([execution.vertex_id], error or "unknown error", now,
+                                    failure_kind, lost_partitions)
         if DEPLOYMENT_CHAIN.index(state) <= DEPLOYMENT_CHAIN.index(execution.state):
             return []
         execution.transition(state, now)
@@ -590,10 +602,12 @@ class Scheduler:
             partition_ticket(self._data_key, self._graph.job_id, partition.result.id,
                              partition.partition_number, subpartition))
 
-    def _fail_tasks(self, evids: list[ExecutionVertexID], error: str,
-                    now: float) -> list[Command]:
-        """The attempts of `evids` failed with `error`: one failure, handled as the
-        module docstring says. An attempt being cancelled just ends CANCELED."""
+    def _fail_tasks(self, evids: list[ExecutionVertexID], error: str, now: float,
+                    kind: FailureKind = FailureKind.TASK,
+                    lost_partitions: Sequence[IntermediateResultPartitionID] = (),
+                    ) -> list[Command]:
+        """The attempts of `evids` failed with `error`: one failure of `kind`, handled as
+        the module docstring says. An attempt being cancelled just ends CANCELED."""
         failed: list[ExecutionVertex] = []
         for evid in evids:
             vertex = self._graph.vertex(evid)
@@ -609,9 +623,8 @@ class Scheduler:
         self._restart_strategy.notify_failure(now)
         if not self._restart_strategy.can_restart():
             return self._fail_job(cause, now)
-        kind = failover_strategy.classify_failure(error)
         if kind is FailureKind.PARTITION:
-            self._mark_named_partitions_lost(error)
+            self._mark_partitions_lost(lost_partitions)
         to_restart: set[ExecutionVertexID] = set()
         for vertex in failed:
             if vertex.id not in to_restart:
@@ -632,14 +645,14 @@ class Scheduler:
         commands = self._cancel([self._graph.vertex(evid) for evid in restarted], now)
         return commands + self._settle(now) + [ScheduleRestart(delay, token)]
 
-    def _mark_named_partitions_lost(self, error: str) -> None:
-        for result_id, number in failover_strategy.named_partitions(error):
+    def _mark_partitions_lost(self, lost: Sequence[IntermediateResultPartitionID]) -> None:
+        for partition_id in lost:
             try:
-                partitions = self._graph.result(result_id).partitions
+                partitions = self._graph.result(partition_id.result_id).partitions
             except KeyError:
-                continue  # another job's, or garbled: nothing to re-run
-            if 0 <= number < len(partitions):
-                self._lost_outputs.add(partitions[number].producer)
+                continue  # not this job's: nothing to re-run
+            if 0 <= partition_id.partition_number < len(partitions):
+                self._lost_outputs.add(partitions[partition_id.partition_number].producer)
 
     def _restart(self, pending: _PendingRestart, now: float) -> list[Command]:
         """New attempts for the subtasks still owned by `pending` (all terminal), then

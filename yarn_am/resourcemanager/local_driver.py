@@ -112,7 +112,7 @@ class LocalProcessDriver:
             await process.wait()
 
     async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
-        return None  # resourcemanager.local.max-taskmanagers is the bound
+        return None  # resourcemanager.max-taskmanagers is the bound
 
     async def terminate(self) -> None:
         self._terminated = True

@@ -72,7 +72,7 @@ class ResourceManagerConfig:
             heartbeat=HeartbeatConfig.from_configuration(conf),
             taskmanager_timeout=conf.get(options.TASK_MANAGER_TIMEOUT),
             slot_request_timeout=conf.get(options.SLOT_REQUEST_TIMEOUT),
-            max_workers=conf.get(options.LOCAL_MAX_TASK_MANAGERS))
+            max_workers=conf.get(options.MAX_TASK_MANAGERS))
 
 
 @dataclass
@@ -111,6 +111,10 @@ class ResourceManager(RpcEndpoint):
         self.delegation_tokens = b""  # the AppMaster's newest, for every TaskExecutor
         # Set by the AppMaster where it obtains tokens from a keytab: a new set, for `purpose`.
         self.obtain_application_tokens: Callable[[str], Awaitable[bytes]] | None = None
+        # Flink's JobLeaderIdService, set by the AppMaster (the Dispatcher knows): the
+        # JobMasterId of the job's current JobMaster, None if it has none. Unset, every
+        # registering JobMaster counts as its job's leader.
+        self.job_leader_id: Callable[[JobID], JobMasterId | None] | None = None
         timeout = config.heartbeat.timeout
         threshold = config.heartbeat.rpc_failure_threshold
         self._te_heartbeats: HeartbeatManager[SlotReport, HeartbeatRequest] = HeartbeatManager(
@@ -125,11 +129,11 @@ class ResourceManager(RpcEndpoint):
 
     async def slot_capacity(self) -> tuple[int, str]:
         """The most slots this cluster could ever offer at once, and what bounds it: the
-        workers it may start (resourcemanager.local.max-taskmanagers, and what the driver's
+        workers it may start (resourcemanager.max-taskmanagers, and what the driver's
         platform could hold), or the slots registered now if more."""
         worker = self.config.worker
         count = self.config.max_workers
-        bound = f"{options.LOCAL_MAX_TASK_MANAGERS.key} = {count}"
+        bound = f"{options.MAX_TASK_MANAGERS.key} = {count}"
         platform = await self.driver.max_workers(worker)
         if platform is not None and platform[0] < count:
             count, bound = platform
@@ -247,6 +251,10 @@ class ResourceManager(RpcEndpoint):
         return ACK
 
     async def disconnect_task_executor(self, request: DisconnectTaskExecutor) -> Ack:
+        check_fencing(self.resource_manager_id, request.resource_manager_id, "ResourceManager id")
+        record = self.task_executors.get(request.resource_id)
+        check_fencing(record.instance_id if record else None, request.instance_id,
+                      f"instance id of TaskExecutor {request.resource_id}")
         self._close_task_executor_connection(request.resource_id, request.cause, reconnect=False)
         return ACK
 
@@ -267,8 +275,10 @@ class ResourceManager(RpcEndpoint):
             self._execute(self.slot_manager.worker_failed_to_start(
                 f"worker {worker_id} {cause} before registering", self._clock.monotonic()))
         if registered:
-            lost = DisconnectTaskManager(ResourceID(worker_id), f"TaskExecutor {worker_id} {cause}")
             for record in self.job_masters.values():
+                lost = DisconnectTaskManager(record.job_master_id, ResourceID(worker_id),
+                                             f"TaskExecutor {worker_id} {cause}",
+                                             resource_manager_id=self.resource_manager_id)
                 self.spawn(self._tell_job_master(record, lost), f"lost-{worker_id}-{record.job_id}")
 
     async def _tell_job_master(self, record: JobMasterRecord, lost: DisconnectTaskManager) -> None:
@@ -281,15 +291,34 @@ class ResourceManager(RpcEndpoint):
     # ---------------------------------------------------------------- JobMasters
 
     async def register_job_master(self, request: RegisterJobMaster) -> JobMasterRegistration:
-        gateway = self.rpc.connect(request.address, job_master_endpoint(request.job_id),
-                                   JobMasterGateway)
-        self.job_masters[request.job_id] = JobMasterRecord(
-            request.job_id, request.job_master_id, request.job_master_resource_id,
-            request.address, gateway)
-        self._jm_heartbeats.monitor_target(request.job_master_resource_id,
-                                           lambda heartbeat: gateway.heartbeat_from_resource_manager(heartbeat))
-        log.info("JobMaster of job %s registered", request.job_id)
+        """See the gateway's contract: refused unless from the job's leader; idempotent
+        for the registered JobMaster; a new leader replaces the old registration."""
+        job_id = request.job_id
+        if self.job_leader_id is not None:
+            check_fencing(self.job_leader_id(job_id), request.job_master_id,
+                          f"JobMaster id of job {job_id} (its current JobMaster's)")
+        old = self.job_masters.get(job_id)
+        if old is not None and old.job_master_id == request.job_master_id:
+            log.info("JobMaster %s of job %s registers again", request.job_master_id, job_id)
+            self._monitor_job_master(old)
+            return JobMasterRegistration(self.resource_manager_id, self.resource_id)
+        if old is not None:
+            log.warning("JobMaster %s of job %s replaces JobMaster %s", request.job_master_id,
+                        job_id, old.job_master_id)
+            self._close_job_master_connection(
+                job_id, f"replaced by JobMaster {request.job_master_id} of the job")
+        gateway = self.rpc.connect(request.address, job_master_endpoint(job_id), JobMasterGateway)
+        record = JobMasterRecord(job_id, request.job_master_id, request.job_master_resource_id,
+                                 request.address, gateway)
+        self.job_masters[job_id] = record
+        self._monitor_job_master(record)
+        log.info("JobMaster %s of job %s registered", request.job_master_id, job_id)
         return JobMasterRegistration(self.resource_manager_id, self.resource_id)
+
+    def _monitor_job_master(self, record: JobMasterRecord) -> None:
+        gateway = record.gateway
+        self._jm_heartbeats.monitor_target(
+            record.resource_id, lambda heartbeat: gateway.heartbeat_from_resource_manager(heartbeat))
 
     def _job_master_timed_out(self, resource_id: ResourceID) -> None:
         for job_id, record in list(self.job_masters.items()):

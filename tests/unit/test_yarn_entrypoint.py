@@ -1,0 +1,128 @@
+"""The YARN master script's supervision: whatever a task of it raises ends the
+application FAILED with the cause in YARN's diagnostics; it never hangs.
+
+`main` runs whole, with a real AppMaster on loopback, against a fake of skein's
+ApplicationClient and a driver that starts no container (no YARN here)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from flinkyarn import kerberos
+from flinkyarn.ids import JobID, JobVertexID
+from flinkyarn.jobgraph import JobGraph, JobVertex
+from flinkyarn.rpc.security import ClusterSecurity
+from tests.unit.test_job_isolation import IdleDriver
+from yarn_am import yarn_entrypoint
+from yarn_am.dispatcher import Dispatcher
+
+# Generous: a hang fails the test (pytest-timeout) rather than stalling the suite.
+NO_HANG = pytest.mark.timeout(120)
+
+
+class FakeApplication:
+    """What the master script uses of skein.ApplicationClient."""
+
+    class _Page:
+        address = "http://proxy/flinkyarn"
+
+    class _UI:
+        def add_page(self, name, url, link_name):
+            return FakeApplication._Page()
+
+    def __init__(self) -> None:
+        self.id = "application_1_0001"
+        self.kv: dict[str, bytes] = {}
+        self.ui = self._UI()
+        self.progress: list[float] = []
+        self.final: tuple[str, str] | None = None
+
+    def set_progress(self, fraction: float) -> None:
+        self.progress.append(fraction)
+
+    def shutdown(self, status: str, diagnostics: str) -> None:
+        self.final = (status, diagnostics)
+
+
+def run_main(tmp_path, monkeypatch, app: FakeApplication) -> int:
+    monkeypatch.setattr(kerberos, "security_enabled", lambda: False)
+    monkeypatch.setattr(yarn_entrypoint.skein.ApplicationClient, "from_current",
+                        staticmethod(lambda: app))
+    monkeypatch.setattr(yarn_entrypoint, "YarnDriver", lambda app, on_fatal: IdleDriver())
+    ClusterSecurity.generate(tmp_path / "security")
+    graph = JobGraph(JobID("j1"), "waits", [JobVertex(JobVertexID("v"), "Source", 1, b"-")])
+    (tmp_path / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
+    argv = ["--mode", "per-job", "--job-graph", str(tmp_path / "job.msgpack"),
+            "--security-dir", str(tmp_path / "security"), "-D", f"io.tmp.dirs={tmp_path}"]
+    return yarn_entrypoint.main(argv)  # on the main thread: it sets signal handlers
+
+
+@NO_HANG
+def test_a_per_job_application_whose_job_coroutine_raises_ends_failed_with_the_cause(
+        tmp_path, monkeypatch):
+    async def broken(self, job_id):
+        raise RuntimeError("the Dispatcher lost track of job j1")
+    monkeypatch.setattr(Dispatcher, "wait_for_result", broken)
+    app = FakeApplication()
+
+    code = run_main(tmp_path, monkeypatch, app)
+
+    assert code == 1
+    status, diagnostics = app.final
+    assert status == "FAILED"
+    assert diagnostics.splitlines()[0] == (
+        "running job 'waits' (j1) failed: RuntimeError: the Dispatcher lost track of job j1")
+    assert "test_yarn_entrypoint.py" in diagnostics  # where it was raised
+
+
+@NO_HANG
+def test_a_failing_progress_report_ends_the_application_failed_too(tmp_path, monkeypatch):
+    app = FakeApplication()
+
+    def set_progress(fraction: float) -> None:
+        raise ConnectionError("skein's application master is gone")
+    app.set_progress = set_progress
+
+    code = run_main(tmp_path, monkeypatch, app)
+
+    assert code == 1
+    status, diagnostics = app.final
+    assert status == "FAILED"
+    assert diagnostics.splitlines()[0] == ("reporting the job's progress failed: "
+                                           "ConnectionError: skein's application master is gone")
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_supervise_hands_an_error_to_on_fatal_and_nothing_else(raises):
+    fatal: list[str] = []
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+        if raises:
+            raise ValueError("bad")
+
+    async def scenario() -> None:
+        task = yarn_entrypoint.supervise(work(), "working", fatal.append)
+        await task
+        assert task.exception() is None
+
+    asyncio.run(scenario())
+    assert [line.splitlines()[0] for line in fatal] == (
+        ["working failed: ValueError: bad"] if raises else [])
+
+
+def test_a_supervised_task_cancelled_at_the_end_is_no_failure():
+    fatal: list[str] = []
+
+    async def scenario() -> None:
+        task = yarn_entrypoint.supervise(asyncio.sleep(3600), "waiting", fatal.append)
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert fatal == []
