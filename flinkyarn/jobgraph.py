@@ -9,6 +9,7 @@ and the JobMaster must know about the job's file outputs travels in `outputs`.
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
 import msgspec
 
@@ -97,13 +98,21 @@ class OutputMode(str, enum.Enum):
     OVERWRITE = "overwrite"
 
 
-def output_mode(value: OutputMode | str) -> OutputMode:
-    """`value` as an OutputMode; ValueError naming the allowed values if it is none."""
+E = TypeVar("E", bound=enum.Enum)
+
+
+def enum_value(kind: type[E], value: E | str, what: str) -> E:
+    """`value` (a member or its value) as a member of `kind`; else ValueError
+    "unknown WHAT 'x'; one of 'a', 'b'", naming the allowed values."""
     try:
-        return OutputMode(value)
+        return kind(value)
     except ValueError:
-        raise ValueError(f"unknown mode {value!r}; one of "
-                         f"{', '.join(repr(m.value) for m in OutputMode)}") from None
+        raise ValueError(f"unknown {what} {value!r}; one of "
+                         f"{', '.join(repr(m.value) for m in kind)}") from None
+
+
+def output_mode(value: OutputMode | str) -> OutputMode:
+    return enum_value(OutputMode, value, "mode")
 
 
 class FileOutput(msgspec.Struct, frozen=True):

@@ -54,7 +54,7 @@ import pyarrow as pa
 
 from flinkyarn import environment, options
 from flinkyarn.configuration import Configuration
-from flinkyarn.jobgraph import JobGraph, output_mode
+from flinkyarn.jobgraph import JobGraph, ShipStrategy, enum_value, output_mode
 from flinkyarn.pipeline.job_graph_builder import build_job_graph
 from flinkyarn.pipeline.operator import Operator, SourceOperator
 from flinkyarn.pipeline.operators import (Aggregation, FilterOperator, FlatMapOperator,
@@ -62,7 +62,6 @@ from flinkyarn.pipeline.operators import (Aggregation, FilterOperator, FlatMapOp
                                           aggregations_from_spec, output_name)
 from flinkyarn.pipeline.stream_graph import (ChainingStrategy, ExchangeMode, StreamGraph,
                                              StreamNode, VirtualPartitionNode)
-from flinkyarn.pipeline.task_spec import PARTITIONERS
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 
 __all__ = ["Pipeline", "DataStream", "KeyedStream", "DataStreamSink"]
@@ -403,9 +402,10 @@ class DataStream:
         with key columns (same as key_by)."""
         if partitioner == "hash":
             return self.key_by(*key_columns)
-        if partitioner not in PARTITIONERS:
-            raise ValueError(f"partition on {self.name!r}: unknown partitioning "
-                             f"{partitioner!r}; one of {', '.join(PARTITIONERS)}")
+        try:
+            enum_value(ShipStrategy, partitioner, "partitioning")
+        except ValueError as error:
+            raise ValueError(f"partition on {self.name!r}: {error}") from None
         if key_columns:
             raise ValueError(f"partition on {self.name!r}: only hash partitioning takes "
                              f"key columns")
@@ -595,8 +595,4 @@ def _file_sink(what: str, sink_class: type, path: str, mode: str) -> Operator:
 
 
 def _chaining_strategy(value: ChainingStrategy | str) -> ChainingStrategy:
-    try:
-        return ChainingStrategy(value)
-    except ValueError:
-        raise ValueError(f"unknown chaining strategy {value!r}; one of "
-                         f"{', '.join(s.value for s in ChainingStrategy)}") from None
+    return enum_value(ChainingStrategy, value, "chaining strategy")

@@ -24,9 +24,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from flinkyarn.jobgraph import DEFAULT_SLOT_SHARING_GROUP
+from flinkyarn.jobgraph import DEFAULT_SLOT_SHARING_GROUP, ShipStrategy, enum_value
 from flinkyarn.pipeline.operator import Operator
-from flinkyarn.pipeline.task_spec import PARTITIONERS
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 
 
@@ -133,9 +132,8 @@ class StreamGraph:
         self._check_new_id(virtual.id)
         if virtual.input_id not in self._nodes and virtual.input_id not in self._virtual_nodes:
             raise KeyError(f"virtual partition node {virtual.id}: unknown input {virtual.input_id}")
-        if virtual.partitioner is not None and virtual.partitioner not in PARTITIONERS:
-            raise ValueError(f"unknown partitioning {virtual.partitioner!r}; "
-                             f"one of {', '.join(PARTITIONERS)}")
+        if virtual.partitioner is not None:
+            enum_value(ShipStrategy, virtual.partitioner, "partitioning")
         if (virtual.partitioner == "hash") != bool(virtual.key_columns):
             raise ValueError("hash partitioning needs key columns, and only it has them")
         self._virtual_nodes[virtual.id] = virtual

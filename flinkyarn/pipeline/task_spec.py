@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flinkyarn.jobgraph import ShipStrategy
+from flinkyarn.jobgraph import ShipStrategy, enum_value
 from flinkyarn.pipeline.operator import Operator
 
-PARTITIONERS = tuple(strategy.value for strategy in ShipStrategy)
 
 
 @dataclass(frozen=True)
@@ -32,9 +31,8 @@ class OutputSpec:
     key_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.partitioner not in PARTITIONERS:
-            raise ValueError(f"unknown partitioner {self.partitioner!r}; one of {PARTITIONERS}")
-        object.__setattr__(self, "partitioner", ShipStrategy(self.partitioner))
+        object.__setattr__(self, "partitioner",
+                           enum_value(ShipStrategy, self.partitioner, "partitioner"))
         if (self.partitioner is ShipStrategy.HASH) != bool(self.key_columns):
             raise ValueError("a hash partitioner needs key columns, and only it has them")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from flinkyarn.jobgraph import ShipStrategy
+from flinkyarn.jobgraph import ShipStrategy, enum_value
 
 Routed = list[tuple[int, pa.RecordBatch]]
 
@@ -181,12 +181,11 @@ def make_partitioner(name: ShipStrategy | str, num_subpartitions: int,
     """The partitioner of ship strategy `name` (flinkyarn.jobgraph.ShipStrategy, or its
     value) of producer subtask `subtask_index` for an output with `num_subpartitions`
     consumers."""
-    if name == "forward":
+    strategy = enum_value(ShipStrategy, name, "partitioner")
+    if strategy is ShipStrategy.FORWARD:
         return ForwardPartitioner(num_subpartitions)
-    if name == "rebalance":
+    if strategy is ShipStrategy.REBALANCE:
         return RebalancePartitioner(num_subpartitions, subtask_index)
-    if name == "broadcast":
+    if strategy is ShipStrategy.BROADCAST:
         return BroadcastPartitioner(num_subpartitions)
-    if name == "hash":
-        return HashPartitioner(num_subpartitions, key_columns)
-    raise ValueError(f"unknown partitioner {name!r}; one of forward, rebalance, hash, broadcast")
+    return HashPartitioner(num_subpartitions, key_columns)
