@@ -352,6 +352,22 @@ def test_cancel_cancels_running_tasks_and_pending_requests_and_ends_canceled():
     assert c.s.slot_assigned("default/1", late, 7.0) == [ReleaseSlot("default/1")]
 
 
+def test_a_failed_job_withdraws_its_pending_requests_before_it_gives_slots_back():
+    """The SlotPool serves a slot given back to its oldest pending request: were that one
+    of the job's withdrawn requests, the slot would come straight back and go to the next,
+    through all of them (found by tests/robustness: 10650 of them blocked the AppMaster)."""
+    c, commands = started([vertex("a", 4)])
+    c.assign([RequestSlot("default/0", UNKNOWN)])
+    c.report(ev("a", 0), S.RUNNING)
+
+    out = c.report(ev("a", 0), S.FAILED, "boom")
+
+    assert c.s.job_status is JobStatus.FAILED
+    given_back = [type(command) for command in out
+                  if isinstance(command, (ReleaseSlot, CancelSlotRequest))]
+    assert given_back == [CancelSlotRequest] * 3 + [ReleaseSlot]
+
+
 def test_cancel_before_any_slot_arrived_ends_canceled_at_once():
     c, commands = started([vertex("a", 1)])
 

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from flinkyarn import options
 from flinkyarn.clock import Clock, SystemClock
@@ -38,7 +38,8 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlot
                                                  ResourceManagerGateway)
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import InstanceID, JobMasterId, ResourceID, ResourceManagerId, new_id
+from flinkyarn.ids import (AllocationID, InstanceID, JobMasterId, ResourceID, ResourceManagerId,
+                           new_id)
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
@@ -119,6 +120,10 @@ class JobMaster(RpcEndpoint):
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
         # A wide job's requests go out a few at a time, not as thousands of calls at once.
         self._slot_requests_in_flight = asyncio.Semaphore(SLOT_REQUESTS_IN_FLIGHT)
+        # Slot requests still waiting for their turn, by allocation id: withdrawn before
+        # it comes (a failed wide job withdraws thousands), one is never sent, and needs
+        # no cancel at the ResourceManager either.
+        self._waiting_requests: set[AllocationID] = set()
         self._rm: ResourceManagerGateway = rpc.connect(resource_manager_address, "resourcemanager",
                                                        ResourceManagerGateway)
         self.resource_manager_id: ResourceManagerId | None = None
@@ -135,6 +140,10 @@ class JobMaster(RpcEndpoint):
         self.start_time = time.time()
         self.end_time: float | None = None
         self._terminating = False
+        # Commands of the Scheduler and the SlotPool not yet carried out, innermost last
+        # (_carry_out): one's commands feed the other, and a chain as long as the pending
+        # slot requests must not become as deep a recursion.
+        self._commands: list[tuple[Callable[[object], None], Iterator]] = []
         # Set while OVERWRITE outputs are committed or discarded, until the result is out.
         self._status_while_finishing: JobStatus | None = None
         self.output = JobOutput()
@@ -316,53 +325,78 @@ class JobMaster(RpcEndpoint):
 
     def _run_scheduler(self, commands: list) -> None:
         """Carries out the Scheduler's commands in order (calls go out as tasks)."""
-        self.assert_on_loop()
-        now = self._now()
-        for command in commands:
-            match command:
-                case sch.RequestSlot(request_id=request_id, profile=profile):
-                    self._run_pool(self.slot_pool.request_slot(SlotRequestId(request_id), profile, now))
-                case sch.CancelSlotRequest(request_id=request_id):
-                    self._run_pool(self.slot_pool.cancel_request(SlotRequestId(request_id)))
-                case sch.ReleaseSlot(request_id=request_id):
-                    self._run_pool(self.slot_pool.release_slot(SlotRequestId(request_id), now))
-                case sch.DeployTask():
-                    self.spawn(self._deploy(command), f"deploy-{command.descriptor.attempt_id}")
-                case sch.CancelTask():
-                    self.spawn(self._cancel_task(command), f"cancel-{command.attempt_id}")
-                case sch.ScheduleRestart(delay=delay, token=token):
-                    self.spawn(self._restart_after(delay, token), f"restart-{token}")
-                case sch.JobTerminated(status=status, cause=cause):
-                    self._terminate(status, cause)
-                case _:
-                    raise TypeError(f"unknown Scheduler command {command!r}")
+        self._carry_out(self._scheduler_command, commands)
 
     def _run_pool(self, commands: list) -> None:
         """Carries out the SlotPool's commands in order."""
+        self._carry_out(self._pool_command, commands)
+
+    def _carry_out(self, handler: Callable[[object], None], commands: list) -> None:
+        """Carries out `commands` with `handler`, depth first as nested calls would: the
+        commands a command leads to (the SlotPool's SlotAssigned feeds the Scheduler,
+        whose ReleaseSlot feeds the SlotPool, ...) before the rest of its own list; but
+        on a stack of its own, not the call stack: the chain through a job's pending slot
+        requests can be thousands long."""
         self.assert_on_loop()
+        self._commands.append((handler, iter(commands)))
+        if len(self._commands) > 1:
+            return  # called by a handler: the loop below takes these first
+        try:
+            while self._commands:
+                handler, pending = self._commands[-1]
+                command = next(pending, None)
+                if command is None:
+                    self._commands.pop()
+                else:
+                    handler(command)
+        finally:
+            self._commands.clear()  # a handler raised: what it led to goes with it
+
+    def _scheduler_command(self, command) -> None:
         now = self._now()
-        for command in commands:
-            match command:
-                case sp.SlotAssigned(request_id=request_id, slot=slot):
-                    record = self.task_managers.get(slot.resource_id)
-                    address = record.address if record else ""
-                    self._run_scheduler(self.scheduler.slot_assigned(request_id, SlotInfo(
-                        slot.allocation_id, slot.resource_id, slot.slot_index, address), now))
-                case sp.SlotRequestFailed(request_id=request_id, cause=cause):
-                    self._run_scheduler(self.scheduler.slot_request_failed(request_id, cause, now))
-                case sp.SlotLost(request_id=request_id, cause=cause):
-                    self._run_scheduler(self.scheduler.slot_lost(request_id, cause, now))
-                case sp.RequestSlotFromResourceManager():
-                    self.spawn(self._request_slot(command), f"request-{command.allocation_id}")
-                case sp.CancelSlotRequest(allocation_id=allocation_id):
-                    if self.resource_manager_id is not None:
-                        self.spawn(self._quietly(self._rm.cancel_slot_request(
-                            CancelSlotRequestCall(self.resource_manager_id, allocation_id))),
-                            f"cancel-request-{allocation_id}")
-                case sp.FreeSlot():
-                    self.spawn(self._free_slot(command), f"free-{command.allocation_id}")
-                case _:
-                    raise TypeError(f"unknown SlotPool command {command!r}")
+        match command:
+            case sch.RequestSlot(request_id=request_id, profile=profile):
+                self._run_pool(self.slot_pool.request_slot(SlotRequestId(request_id), profile, now))
+            case sch.CancelSlotRequest(request_id=request_id):
+                self._run_pool(self.slot_pool.cancel_request(SlotRequestId(request_id)))
+            case sch.ReleaseSlot(request_id=request_id):
+                self._run_pool(self.slot_pool.release_slot(SlotRequestId(request_id), now))
+            case sch.DeployTask():
+                self.spawn(self._deploy(command), f"deploy-{command.descriptor.attempt_id}")
+            case sch.CancelTask():
+                self.spawn(self._cancel_task(command), f"cancel-{command.attempt_id}")
+            case sch.ScheduleRestart(delay=delay, token=token):
+                self.spawn(self._restart_after(delay, token), f"restart-{token}")
+            case sch.JobTerminated(status=status, cause=cause):
+                self._terminate(status, cause)
+            case _:
+                raise TypeError(f"unknown Scheduler command {command!r}")
+
+    def _pool_command(self, command) -> None:
+        now = self._now()
+        match command:
+            case sp.SlotAssigned(request_id=request_id, slot=slot):
+                record = self.task_managers.get(slot.resource_id)
+                address = record.address if record else ""
+                self._run_scheduler(self.scheduler.slot_assigned(request_id, SlotInfo(
+                    slot.allocation_id, slot.resource_id, slot.slot_index, address), now))
+            case sp.SlotRequestFailed(request_id=request_id, cause=cause):
+                self._run_scheduler(self.scheduler.slot_request_failed(request_id, cause, now))
+            case sp.SlotLost(request_id=request_id, cause=cause):
+                self._run_scheduler(self.scheduler.slot_lost(request_id, cause, now))
+            case sp.RequestSlotFromResourceManager():
+                self.spawn(self._request_slot(command), f"request-{command.allocation_id}")
+            case sp.CancelSlotRequest(allocation_id=allocation_id):
+                if allocation_id in self._waiting_requests:
+                    self._waiting_requests.discard(allocation_id)  # never sent: drop it
+                elif self.resource_manager_id is not None:
+                    self.spawn(self._quietly(self._rm.cancel_slot_request(
+                        CancelSlotRequestCall(self.resource_manager_id, allocation_id))),
+                        f"cancel-request-{allocation_id}")
+            case sp.FreeSlot():
+                self.spawn(self._free_slot(command), f"free-{command.allocation_id}")
+            case _:
+                raise TypeError(f"unknown SlotPool command {command!r}")
 
     async def _restart_after(self, delay: float, token: int) -> None:
         """The restart strategy's backoff, then the restart (a stale token does nothing)."""
@@ -371,8 +405,12 @@ class JobMaster(RpcEndpoint):
             self._run_scheduler(self.scheduler.restart_due(token, self._now()))
 
     async def _request_slot(self, command: sp.RequestSlotFromResourceManager) -> None:
+        self._waiting_requests.add(command.allocation_id)
         try:
             async with self._slot_requests_in_flight:
+                if command.allocation_id not in self._waiting_requests:
+                    return  # withdrawn while it waited
+                self._waiting_requests.discard(command.allocation_id)
                 if self.resource_manager_id is None:
                     return  # resent by the SlotPool when the ResourceManager is back
                 await self._rm.request_slot(RequestSlotCall(

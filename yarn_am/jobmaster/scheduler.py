@@ -708,13 +708,19 @@ class Scheduler:
             if all(self._graph.vertex(evid).state.is_terminal for evid in pending.vertices
                    if self._restart_owner.get(evid) == pending.token):
                 commands += self._restart(pending, now)
+        # Pending requests are withdrawn before slots are given back: the SlotPool serves a
+        # slot given back to its oldest pending request, which must not be one withdrawn
+        # here (it would come straight back, then go to the next: a chain through all).
+        releases: list[Command] = []
         for shared in self._slots.values():
             if shared.state in (_SlotState.PENDING, _SlotState.ALLOCATED) and all(
                     self._graph.vertex(m).state.is_terminal for m in shared.members):
-                commands.append(ReleaseSlot(shared.request_id)
-                                if shared.state is _SlotState.ALLOCATED
-                                else CancelSlotRequest(shared.request_id))
+                if shared.state is _SlotState.ALLOCATED:
+                    releases.append(ReleaseSlot(shared.request_id))
+                else:
+                    commands.append(CancelSlotRequest(shared.request_id))
                 shared.state, shared.slot = _SlotState.RELEASED, None
+        commands += releases
         status = self._graph.status
         states = [v.state for v in self._graph.execution_vertices()]
         if status is JobStatus.RUNNING and not self._pending \
