@@ -1,5 +1,5 @@
 """Sessions that outlive their delegation tokens (issue 11), on the secure test cluster,
-whose HDFS and ResourceManager tokens live 1 minute unrenewed and 2 minutes at most
+whose HDFS and ResourceManager tokens live 1 minute unrenewed and 4 minutes at most
 (integration/kdc.py).
 
 One scenario, two sessions side by side (the wait past the tokens' maximum lifetime is
