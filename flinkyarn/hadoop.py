@@ -6,10 +6,12 @@ and skein read) and opens HDFS through WebHDFS, which needs no native library.
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
 
 # Options of the JVMs we start that mostly wait (skein's driver and ApplicationMaster,
 # Spark's client-mode AM): the quick compiler only and the serial collector halve the
@@ -75,7 +77,6 @@ def hdfs(user: str | None = None, host: str | None = None):
     user's Kerberos ticket (SPNEGO); over HTTPS, checked against the truststore of
     ssl-client.xml, where the web servers speak only that."""
     from fsspec.implementations.webhdfs import WebHDFS
-    import getpass
 
     from flinkyarn import kerberos
 
@@ -115,34 +116,187 @@ def hdfs_path(url: str) -> str:
 # ------------------------------------------------------- the ResourceManager's REST API
 
 
-def rm_web_address(directory: Path | None = None) -> str:
-    """http://host:port of the ResourceManager's web services."""
+_RM_WEB_KEY = "yarn.resourcemanager.webapp.address"
+_RM_HTTPS_KEY = "yarn.resourcemanager.webapp.https.address"
+_RM_HOST_KEY = "yarn.resourcemanager.hostname"
+# What a standby ResourceManager's web server answers when it cannot redirect to the
+# active one (Hadoop's RMWebAppFilter); otherwise it answers 307 to the active one.
+_STANDBY_PAGE = "This is standby RM"
+# The RM that answered last, by the configured RMs: the next call asks it first.
+_active_rm: dict[tuple[str, ...], str] = {}
+
+
+class ResourceManagerError(OSError):
+    """A REST call that no ResourceManager answered, or that the active one refused.
+    `status` is the HTTP status of the refusal (404: it knows no such thing), None when
+    none answered; `tried` the RMs asked, in order. The message names them."""
+
+    def __init__(self, message: str, status: int | None = None,
+                 tried: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.status, self.tried = status, tried
+
+
+def rm_web_addresses(directory: Path | None = None) -> list[str]:
+    """scheme://host:port of each ResourceManager's web services, as Hadoop's clients
+    read yarn-site.xml: HTTPS (yarn.resourcemanager.webapp.https.address, default port
+    8090) when yarn.http.policy is HTTPS_ONLY, else HTTP (yarn.resourcemanager.webapp.address,
+    8088); with RM HA (yarn.resourcemanager.ha.enabled) one per id of
+    yarn.resourcemanager.ha.rm-ids, from `<key>.<id>`, else from
+    yarn.resourcemanager.hostname.<id> and the default port."""
     properties = site_properties("yarn-site.xml", directory)
-    address = properties.get("yarn.resourcemanager.webapp.address")
-    if not address:
-        address = f"{properties.get('yarn.resourcemanager.hostname', 'localhost')}:8088"
-    return f"http://{address}"
+    secure = properties.get("yarn.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
+    scheme, key, port = ("https", _RM_HTTPS_KEY, 8090) if secure else ("http", _RM_WEB_KEY, 8088)
+    if properties.get("yarn.resourcemanager.ha.enabled", "false").lower() != "true":
+        suffixes = [""]
+    else:
+        suffixes = [f".{i.strip()}" for i in
+                    properties.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()]
+        if not suffixes:
+            raise HadoopConfigError("yarn-site.xml: yarn.resourcemanager.ha.enabled is true "
+                                    "but yarn.resourcemanager.ha.rm-ids names no ResourceManager")
+    addresses = []
+    for suffix in suffixes:
+        hostname = _expanded(properties, _RM_HOST_KEY + suffix)
+        value = _expanded(properties, key + suffix) or (hostname and f"{hostname}:{port}")
+        if not value:
+            if suffix:
+                raise HadoopConfigError(f"yarn-site.xml: neither {key}{suffix} nor "
+                                        f"{_RM_HOST_KEY}{suffix} says where ResourceManager "
+                                        f"{suffix[1:]} is")
+            value = f"localhost:{port}"
+        host, _, number = value.rpartition(":")
+        if host in ("", "0.0.0.0"):  # a bind address: the RM's host name says where it is
+            host = hostname if hostname not in (None, "", "0.0.0.0") else "localhost"
+        addresses.append(f"{scheme}://{host}:{number}")
+    return addresses
+
+
+def _expanded(properties: dict[str, str], key: str) -> str | None:
+    """A property's value with Hadoop's `${other.key}` references to other properties
+    of the same file resolved (yarn-default.xml's style, often copied)."""
+    value = properties.get(key)
+    for _ in range(8):
+        if value is None or "${" not in value:
+            break
+        value = re.sub(r"\$\{([^}]+)\}", lambda m: properties.get(m.group(1), m.group(0)), value)
+    return value
+
+
+def rm_web_address(directory: Path | None = None) -> str:
+    """scheme://host:port of the ResourceManager's web services: the one that answered
+    last (the active one, with RM HA), else the first configured."""
+    addresses = rm_web_addresses(directory)
+    return _active_rm.get(tuple(addresses), addresses[0])
 
 
 def rm_request(path: str, method: str = "GET", body: dict | None = None,
                timeout: float = 10.0) -> dict:
-    """A call of the ResourceManager's REST API as this process's user (simple
-    authentication: `user.name`); its JSON answer. Raises OSError (unreachable, or an
-    HTTP error: urllib.error.HTTPError) and ValueError (not JSON)."""
-    import getpass
-    import json
-    import urllib.request
+    """A call of the ResourceManager's REST API as this process's user; its JSON answer
+    ({} for none). Asks each configured RM in turn (the one that answered last first),
+    each within `timeout` seconds, and follows a standby's redirect to the active one.
+    Authenticates as Hadoop's own clients do: `user.name` (pseudo authentication), and
+    on a secure cluster (hadoop.security.authentication=kerberos) SPNEGO with the
+    process's Kerberos ticket where the RM asks for it; checks an HTTPS RM against
+    ssl-client.xml's truststore. Raises ResourceManagerError (an OSError) when none
+    answers, the active one refuses (also: it wants SPNEGO and there is no ticket), or
+    the answer is not JSON; HadoopConfigError when the configuration does not say where
+    an RM is."""
+    import requests
 
-    user = os.environ.get("HADOOP_USER_NAME") or os.environ.get("USER") or getpass.getuser()
-    separator = "&" if "?" in path else "?"
-    request = urllib.request.Request(
-        f"{rm_web_address()}{path}{separator}user.name={user}", method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Accept": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=timeout) as response:
-        data = response.read()
-    return json.loads(data) if data else {}
+    from flinkyarn import kerberos
+
+    configured = rm_web_addresses()
+    session = requests.Session()
+    # No proxy (the RMs are on the cluster's network), and the cluster's truststore wins
+    # over REQUESTS_CA_BUNDLE.
+    session.trust_env = False
+    session.headers["Accept"] = "application/json"
+    if any(a.startswith("https:") for a in configured):
+        session.verify = kerberos.ca_bundle()
+    # As Hadoop's AuthenticatedURL: `user.name` for an RM that authenticates as Hadoop's
+    # pseudo handler does (or not at all), SPNEGO for one that answers 401 Negotiate
+    # (requests-gssapi negotiates only then). A process without a ticket (a container:
+    # delegation tokens only) still reaches an RM whose web services are open.
+    session.params = {"user.name": os.environ.get("HADOOP_USER_NAME")
+                      or os.environ.get("USER") or getpass.getuser()}
+    no_ticket: kerberos.KerberosError | None = None
+    if kerberos.security_enabled():
+        try:
+            session.auth = kerberos.spnego_auth()
+        except kerberos.KerberosError as error:
+            no_ticket = error
+    last = _active_rm.get(tuple(configured))
+    queue = [last] + [a for a in configured if a != last] if last else list(configured)
+    tried: list[str] = []
+    failures: list[str] = []
+    with session:
+        while queue:
+            base = queue.pop(0)
+            tried.append(base)
+            try:
+                response = session.request(method, base + path, json=body, timeout=timeout,
+                                           allow_redirects=False)
+            except requests.RequestException as error:
+                failures.append(f"{base}: {_reason(error, timeout)}")
+                continue
+            if response.is_redirect:  # a standby, pointing at the active RM
+                target = _origin(urljoin(base + path, response.headers["Location"]))
+                failures.append(f"{base}: standby, redirects to {target}")
+                if target not in tried:
+                    queue = [target] + [a for a in queue if a != target]
+                continue
+            if response.status_code == 503:  # an RM becoming active, or going
+                failures.append(f"{base}: answered 503 {response.reason}")
+                continue
+            if ("json" not in response.headers.get("Content-Type", "")
+                    and _STANDBY_PAGE in response.text[:4096]):
+                failures.append(f"{base}: standby")
+                continue
+            _active_rm[tuple(configured)] = base
+            if response.status_code == 401 and no_ticket is not None:
+                raise ResourceManagerError(f"the YARN ResourceManager at {base} wants "
+                                           f"Kerberos (SPNEGO): {no_ticket}", 401, tuple(tried))
+            return _answer(response, base, method, path, tuple(tried))
+    raise ResourceManagerError(f"no YARN ResourceManager answered {method} {path}: "
+                               f"{'; '.join(failures)}", None, tuple(tried))
+
+
+def _answer(response, base: str, method: str, path: str, tried: tuple[str, ...]) -> dict:
+    """The active RM's answer as JSON; a refusal or another body raises."""
+    if response.status_code >= 400:
+        try:  # the RM says why in a RemoteException
+            why = response.json()["RemoteException"]["message"]
+        except (ValueError, KeyError, TypeError):
+            why = response.reason
+        raise ResourceManagerError(f"the YARN ResourceManager at {base} answered "
+                                   f"{response.status_code} to {method} {path}: {why}",
+                                   response.status_code, tried)
+    if not response.content:
+        return {}
+    try:
+        return response.json()
+    except ValueError:
+        raise ResourceManagerError(f"the YARN ResourceManager at {base} answered {method} "
+                                   f"{path} with no JSON ({response.headers.get('Content-Type')})",
+                                   response.status_code, tried) from None
+
+
+def _origin(url: str) -> str:
+    parsed = urlparse(url)
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def _reason(error: Exception, timeout: float) -> str:
+    """What a requests error says, without urllib3's wrapping."""
+    import requests
+
+    if isinstance(error, requests.Timeout):
+        return f"no answer within {timeout:g} s"
+    text = str(error)
+    found = re.search(r"\[Errno -?\d+\][^'\")]*", text) or re.search(
+        r"\[SSL[^\]]*\][^'\")]*", text)
+    return found.group(0).strip() if found else text
 
 
 def leaf_queues(scheduler: dict) -> dict[str, dict]:

@@ -123,6 +123,12 @@ SUBPARTITION_MAX_BUFFERED_BYTES = option(
 PARTITION_REQUEST_TIMEOUT = option(
     "taskmanager.network.partition-request.timeout", DURATION, "60 s",
     "How long a consumer waits for a producer's partition to become available.")
+NETWORK_REQUEST_BACKOFF_INITIAL = option(
+    "taskmanager.network.request-backoff.initial", DURATION, "20 ms",
+    "First pause before a consumer asks a producer's TaskExecutor again for a partition not registered there yet; it doubles with each request.")
+NETWORK_REQUEST_BACKOFF_MAX = option(
+    "taskmanager.network.request-backoff.max", DURATION, "1 s",
+    "Upper bound of the doubling pause between a consumer's requests for a partition not registered yet.")
 IO_TMP_DIRS = option(
     "io.tmp.dirs", STRING, "",
     "Comma-separated folders for scratch files (spilled blocking partitions, tasks' scratch folders, Spark's local dirs and temporary files); empty: the container's LOCAL_DIRS on YARN, else the temporary folder (TMPDIR).")

@@ -23,13 +23,16 @@ and krb5-user (kinit, klist) provide the programs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
+
+# Standard library only (see local_hadoop).
+from flinkyarn import retry
 
 REALM = "FLINKYARN.TEST"
 HOST = "127.0.0.1"
@@ -191,30 +194,29 @@ class Kdc:
             out.close()
             pid = process.pid
             self.pidfile.write_text(f"{pid}\n")
-        deadline = time.monotonic() + timeout
         cache = self.folder / "probe.cc"
-        while True:
+
+        def probe() -> None:
             try:
                 self.kinit(cache)
-                return pid
-            except KdcError as error:
-                if time.monotonic() > deadline:
-                    raise KdcError(f"the KDC issues no ticket after {timeout:g} s: {error}; "
-                                   f"see {self.log}") from None
             finally:
                 cache.unlink(missing_ok=True)
-            time.sleep(0.3)
+
+        try:
+            retry.retry(probe, retry_on=KdcError, pauses=retry.Backoff.fixed(0.3),
+                        deadline=retry.Deadline(timeout))
+        except retry.GaveUp as gave_up:
+            raise KdcError(f"the KDC issues no ticket after {timeout:g} s: "
+                           f"{gave_up.last_error}; see {self.log}") from None
+        return pid
 
     def stop(self) -> int | None:
         pid = self.running_pid()
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
-            for _ in range(50):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
+            with contextlib.suppress(retry.GaveUp):
+                retry.poll_until(lambda: not _alive(pid), bool, pauses=retry.Backoff.fixed(0.1),
+                                 deadline=retry.Deadline(5.0))
         self.pidfile.unlink(missing_ok=True)
         return pid
 
@@ -222,3 +224,11 @@ class Kdc:
         """A ticket for `name` (default: the user) from `keytab` into the cache file."""
         self._run(["kinit", "-kt", str(keytab or self.user_keytab), "-c", f"FILE:{cache}",
                    name or self.user_principal])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

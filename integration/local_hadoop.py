@@ -41,6 +41,9 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Iterable
 
+# Standard library only, so the system Python of integration/cluster can import it.
+from flinkyarn import retry
+
 HADOOP_VERSION = "3.5.0"
 REPO = Path(__file__).resolve().parent.parent
 POM = Path(__file__).resolve().parent / "pom.xml"
@@ -903,25 +906,30 @@ def _tail_text(text: str, lines: int = 40, width: int = 400) -> str:
 
 
 def _wait(layout: Layout, names: list[str], check: Callable[[], tuple[bool, str]],
-          deadline: float, say: Callable[[str], None]) -> None:
+          deadline: retry.Deadline, say: Callable[[str], None]) -> None:
     last = ""
-    while True:
+
+    def probe() -> tuple[bool, str]:
+        nonlocal last
         for name in names:
             if read_pid(layout, name) is None:
                 raise ClusterError(f"the {name} exited during start; the end of "
                                    f"{layout.log(name)}:\n{tail(layout.log(name))}")
         healthy, what = check()
-        if healthy:
-            say(f"  {what}")
-            return
-        if what != last:
+        if not healthy and what != last:
             say(f"  waiting: {what}")
             last = what
-        if time.monotonic() > deadline:
-            name = names[-1]
-            raise ClusterError(f"timed out waiting for {', '.join(names)} ({what}); the end of "
-                               f"{layout.log(name)}:\n{tail(layout.log(name))}")
-        time.sleep(0.5)
+        return healthy, what
+
+    try:
+        _, what = retry.poll_until(probe, lambda state: state[0],
+                                   pauses=retry.Backoff.fixed(0.5), deadline=deadline)
+    except retry.GaveUp as gave_up:
+        name = names[-1]
+        raise ClusterError(f"timed out waiting for {', '.join(names)} "
+                           f"({gave_up.last_value[1]}); the end of "
+                           f"{layout.log(name)}:\n{tail(layout.log(name))}") from None
+    say(f"  {what}")
 
 
 def _webhdfs(method: str, path: str, op: str, **params: str) -> None:
@@ -1007,7 +1015,7 @@ def up(layout: Layout | None = None, timeout: float = 180.0,
             raise ClusterError(str(error)) from None
     _record_node_count(layout, count, secure)
     write_config(layout, count)
-    deadline = time.monotonic() + timeout
+    deadline = retry.Deadline(timeout)
     started = []
     for daemon in DAEMONS:
         if daemon.name == "nodemanager":
@@ -1079,11 +1087,12 @@ def down(layout: Layout | None = None, timeout: float = 30.0,
         if pid is None:
             continue
         os.kill(pid, signal.SIGTERM)
-        end = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < end:
-            time.sleep(0.2)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        try:
+            retry.poll_until(lambda: not _alive(pid), bool, pauses=retry.Backoff.fixed(0.2),
+                             deadline=retry.Deadline(timeout))
+        except retry.GaveUp:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
         say(f"stopped {name} (pid {pid})")
     if only is None and layout.kdc_dir.is_dir():
         pid = layout.kdc().stop()

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import skein
 
+from flinkyarn import retry
+
 HERE = Path(__file__).resolve().parent
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
@@ -60,14 +62,13 @@ def rm_app(rm_web: str, app_id: str) -> dict:
 
 def wait_terminal(rm_web: str, app_id: str, timeout: float = 180.0) -> dict:
     """Polls the REST API until the application reaches FINISHED, FAILED or KILLED."""
-    deadline = time.monotonic() + timeout
-    while True:
-        app = rm_app(rm_web, app_id)
-        if app["state"] in TERMINAL:
-            return app
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{app_id} still {app['state']} after {timeout:.0f} s")
-        time.sleep(0.25)
+    try:
+        return retry.poll_until(lambda: rm_app(rm_web, app_id),
+                                lambda app: app["state"] in TERMINAL,
+                                pauses=retry.Backoff.fixed(0.25), deadline=retry.Deadline(timeout))
+    except retry.GaveUp as gave_up:
+        raise TimeoutError(f"{app_id} still {gave_up.last_value['state']} after "
+                           f"{timeout:.0f} s") from None
 
 
 def run(client: skein.Client, rm_web: str, args: list[str]) -> tuple[str, dict, float]:

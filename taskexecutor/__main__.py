@@ -48,9 +48,7 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
         clients=DataClientPool(security),
         spark=SparkSessionProvider.from_configuration(conf, scratch),
         tmp_dir=scratch.root,
-        network=NetworkConfig(conf.get(options.SUBPARTITION_MAX_BUFFERED_BYTES),
-                              conf.get(options.PARTITION_REQUEST_TIMEOUT),
-                              conf.get(options.PIPELINE_BATCH_SIZE)),
+        network=NetworkConfig.from_configuration(conf),
         data_server=server, conf=conf)
 
 

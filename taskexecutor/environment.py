@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from flinkyarn import options
+from flinkyarn.configuration import ConfigurationError
+from flinkyarn.retry import Backoff
+
 if TYPE_CHECKING:
     from flinkyarn.configuration import Configuration
     from taskexecutor.network.flight import DataClientPool, DataServer
@@ -20,6 +24,20 @@ class NetworkConfig:
     max_buffered_bytes: int          # per pipelined subpartition (backpressure bound)
     partition_request_timeout: float
     batch_size: int
+    # Between a consumer's requests for a partition not registered at its producer yet.
+    request_backoff: Backoff
+
+    @classmethod
+    def from_configuration(cls, conf: "Configuration") -> NetworkConfig:
+        initial = conf.get(options.NETWORK_REQUEST_BACKOFF_INITIAL)
+        maximum = conf.get(options.NETWORK_REQUEST_BACKOFF_MAX)
+        if maximum < initial:
+            raise ConfigurationError(
+                f"option {options.NETWORK_REQUEST_BACKOFF_MAX.key!r} ({maximum:g} s) must not "
+                f"be less than {options.NETWORK_REQUEST_BACKOFF_INITIAL.key!r} ({initial:g} s)")
+        return cls(conf.get(options.SUBPARTITION_MAX_BUFFERED_BYTES),
+                   conf.get(options.PARTITION_REQUEST_TIMEOUT),
+                   conf.get(options.PIPELINE_BATCH_SIZE), Backoff(initial, maximum))
 
 
 @dataclass

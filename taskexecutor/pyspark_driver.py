@@ -33,6 +33,7 @@ PySparkScript (flinkyarn/pipeline/pyspark_script.py).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import logging
 import math
 import os
@@ -47,7 +48,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flinkyarn import hadoop, kerberos, options
+from flinkyarn import hadoop, kerberos, options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
 from taskexecutor.task import TaskCancelled
@@ -398,9 +399,10 @@ class PySparkDriver:
                 elif time.monotonic() - killed_at > self._grace():
                     _signal_group(process.pid, signal.SIGKILL)
             time.sleep(0.05)
-        deadline = time.monotonic() + (0 if self.context.is_cancelled() else self._grace())
-        while _group_alive(process.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with contextlib.suppress(retry.GaveUp):
+            retry.poll_until(lambda: not _group_alive(process.pid), bool,
+                             pauses=retry.Backoff.fixed(0.05), deadline=retry.Deadline(
+                                 0 if self.context.is_cancelled() else self._grace()))
         _signal_group(process.pid, signal.SIGKILL)
         return process.returncode
 

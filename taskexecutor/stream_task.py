@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
 
-from flinkyarn.gateways.job_master import PartitionLocationState
+from flinkyarn import retry
+from flinkyarn.gateways.job_master import PartitionLocation, PartitionLocationState
 from flinkyarn.gateways.task_executor import ConsumedPartition
 from flinkyarn.pipeline.operator import Operator, SourceOperator
 from flinkyarn.pipeline.pyspark_script import PySparkScript
@@ -35,6 +35,9 @@ from taskexecutor.pyspark_driver import PySparkDriver
 from taskexecutor.task import TaskCancelled, TaskContext
 
 log = logging.getLogger(__name__)
+
+# Between questions to the JobMaster for the location of a producer not deployed yet.
+_LOCATE_BACKOFF = retry.Backoff(0.01, 0.5)
 
 
 class OperatorError(Exception):
@@ -161,26 +164,27 @@ class StreamTask:
         partition_id = ResultPartitionID(self.task.job_id, consumed.result_id,
                                          consumed.producer_subtask_index)
         timeout = self.env.network.partition_request_timeout
-        deadline = time.monotonic() + timeout
-        delay = 0.01
-        while True:
+
+        def ready() -> PartitionLocation | None:
             self.task.check_cancelled()
             location = self.task.locate(consumed.result_id, consumed.producer_subtask_index)
-            if location.state is PartitionLocationState.READY:
-                break
             if location.state is PartitionLocationState.FAILED:
                 raise PartitionFailed(f"{partition_id}: {location.error}", partition_id)
-            if time.monotonic() > deadline:
-                raise PartitionNotFound(f"the producer of {partition_id} was not deployed "
-                                        f"within {timeout:g} s", partition_id)
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            return location if location.state is PartitionLocationState.READY else None
+
+        try:
+            location = retry.poll_until(ready, pauses=_LOCATE_BACKOFF,
+                                        deadline=retry.Deadline(timeout))
+        except retry.GaveUp:
+            raise PartitionNotFound(f"the producer of {partition_id} was not deployed "
+                                    f"within {timeout:g} s", partition_id) from None
         if location.resource_id == self.env.resource_id:
             return LocalInputChannel(self.env.partition_manager, partition_id,
                                      consumed.subpartition_index, timeout)
         address = location.data_address
         return RemoteInputChannel(self.env.clients, lambda: address, partition_id,
-                                  consumed.subpartition_index, timeout, ticket=consumed.ticket)
+                                  consumed.subpartition_index, timeout, ticket=consumed.ticket,
+                                  backoff=self.env.network.request_backoff)
 
     # ------------------------------------------------------------------- running
 

@@ -25,7 +25,7 @@ import functools
 import logging
 from dataclasses import dataclass
 
-from flinkyarn import kerberos, options
+from flinkyarn import kerberos, options, retry
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
@@ -180,40 +180,35 @@ class TaskExecutor(RpcEndpoint):
         an error or a refusal); raises RegistrationTimeout (ending the process) after
         taskmanager.registration.timeout."""
         policy = self.config.registration
-        deadline = self._clock.monotonic() + policy.timeout
-        attempt_timeout = policy.initial_backoff
-        attempt = 0
-        while True:
-            attempt += 1
-            request = RegisterTaskExecutor(self.resource_id, self.rpc.address,
-                                           self.slot_table.report(), self.config.total,
-                                           worker_id=self.resource_id,
-                                           data_address=self.data_address)
-            try:
-                registration = await self._rm.register_task_executor(request, timeout=attempt_timeout)
-            except RpcError as error:
-                remaining = deadline - self._clock.monotonic()
-                if remaining <= 0:
-                    raise RegistrationTimeout(
-                        f"TaskExecutor {self.resource_id} could not register at the "
-                        f"ResourceManager within {policy.timeout:g} s "
-                        f"({attempt} attempts; last: {error})") from None
-                pause, attempt_timeout = registration_retry.next_attempt(
-                    policy, attempt_timeout, error)
-                log.info("registration attempt %d failed (%s); retrying in %g s", attempt,
-                         error, pause)
-                await asyncio.sleep(min(pause, remaining))
-                continue
-            if registration.delegation_tokens:
-                self._install_delegation_tokens(registration.delegation_tokens)
-            self.rm_connection = ResourceManagerConnection(
-                registration.resource_manager_id, registration.resource_manager_resource_id,
-                registration.instance_id)
-            self._rm_heartbeats.monitor_target(registration.resource_manager_resource_id)
-            self.registered.set()
-            log.info("registered at ResourceManager %s as %s",
-                     registration.resource_manager_id, registration.instance_id)
-            return
+        attempts = registration_retry.RegistrationAttempts(policy)
+
+        def register():
+            return self._rm.register_task_executor(RegisterTaskExecutor(
+                self.resource_id, self.rpc.address, self.slot_table.report(), self.config.total,
+                worker_id=self.resource_id, data_address=self.data_address),
+                timeout=attempts.timeout)
+
+        def retrying(attempt: int, error: BaseException, pause: float) -> None:
+            log.info("registration attempt %d failed (%s); retrying in %g s", attempt, error, pause)
+
+        try:
+            registration = await retry.retry_async(
+                register, retry_on=RpcError, pauses=attempts.pause_after,
+                deadline=retry.Deadline(policy.timeout, self._clock), on_retry=retrying)
+        except retry.GaveUp as gave_up:
+            raise RegistrationTimeout(
+                f"TaskExecutor {self.resource_id} could not register at the "
+                f"ResourceManager within {policy.timeout:g} s "
+                f"({gave_up.attempts} attempts; last: {gave_up.last_error})") from None
+        if registration.delegation_tokens:
+            self._install_delegation_tokens(registration.delegation_tokens)
+        self.rm_connection = ResourceManagerConnection(
+            registration.resource_manager_id, registration.resource_manager_resource_id,
+            registration.instance_id)
+        self._rm_heartbeats.monitor_target(registration.resource_manager_resource_id)
+        self.registered.set()
+        log.info("registered at ResourceManager %s as %s",
+                 registration.resource_manager_id, registration.instance_id)
 
     def _close_resource_manager_connection(self, cause: str) -> None:
         if self.rm_connection is None:
@@ -305,21 +300,18 @@ class TaskExecutor(RpcEndpoint):
     async def _connect_to_job_master(self, job_id: JobID, address: str) -> None:
         """Registers at a JobMaster this TaskExecutor has not seen yet, then offers."""
         gateway = self.rpc.connect(address, job_master_endpoint(job_id), JobMasterGateway)
-        deadline = self._clock.monotonic() + self.config.heartbeat.timeout
-        delay = self.config.registration.initial_backoff
         try:
-            while True:
-                try:
-                    registration = await gateway.register_task_manager(RegisterTaskManager(
-                        job_id, self.resource_id, self.rpc.address, self.data_address))
-                    break
-                except RpcError as error:
-                    if self._clock.monotonic() > deadline or not self.slot_table.slots_of_job(job_id):
-                        log.warning("giving up on the JobMaster of job %s: %s", job_id, error)
-                        await self._free_job_slots(job_id, f"JobMaster unreachable: {error}")
-                        return
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, self.config.registration.max_backoff)
+            registration = await retry.retry_async(
+                lambda: gateway.register_task_manager(RegisterTaskManager(
+                    job_id, self.resource_id, self.rpc.address, self.data_address)),
+                retry_on=RpcError,
+                pauses=registration_retry.attempt_timeouts(self.config.registration),
+                deadline=retry.Deadline(self.config.heartbeat.timeout, self._clock),
+                give_up=lambda _error: not self.slot_table.slots_of_job(job_id))
+        except retry.GaveUp as gave_up:
+            log.warning("giving up on the JobMaster of job %s: %s", job_id, gave_up.last_error)
+            await self._free_job_slots(job_id, f"JobMaster unreachable: {gave_up.last_error}")
+            return
         finally:
             self._connecting.pop(job_id, None)
         self.job_connections[job_id] = JobManagerConnection(

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from flinkyarn import retry
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "integration"))
@@ -126,11 +127,12 @@ def _shortened(command: str, most: int = 300) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _before not in session.config.stash:
         return
-    deadline = time.monotonic() + LEFTOVER_GRACE
-    while (left := _leftovers(session)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if not left:
+    try:
+        retry.poll_until(lambda: _leftovers(session), lambda left: not left,
+                         pauses=retry.Backoff.fixed(0.5), deadline=retry.Deadline(LEFTOVER_GRACE))
         return
+    except retry.GaveUp as gave_up:
+        left = gave_up.last_value
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     message = (f"the tests left {len(left)} process(es) or folder(s) of ours behind "
                f"(still there {LEFTOVER_GRACE:g} s after the last test):\n  " + "\n  ".join(left))

@@ -11,6 +11,7 @@ the Dispatcher, the ResourceManager and every other job go on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import msgspec
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from flinkyarn import options
+from flinkyarn import options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways import ACK, Ack
@@ -217,13 +218,14 @@ class Dispatcher(RpcEndpoint):
         read all of it; returns at once when nobody has read it in the last `idle` s
         (a detached submit): so a per-job application does not end under its client."""
         output = self._record(job_id).output
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if output.last_read is None or time.monotonic() - output.last_read > idle:
-                return
-            if output.read_up_to >= output.next_seq:
-                return
-            await asyncio.sleep(0.05)
+
+        def read() -> bool:
+            return (output.last_read is None or time.monotonic() - output.last_read > idle
+                    or output.read_up_to >= output.next_seq)
+
+        with contextlib.suppress(retry.GaveUp):
+            await retry.poll_until_async(read, bool, pauses=retry.Backoff.fixed(0.05),
+                                         deadline=retry.Deadline(timeout))
 
     def _details(self, record: JobRecord) -> JobDetails:
         overview = self._overview(record)

@@ -9,6 +9,7 @@ from typing import Callable, Mapping, TextIO
 
 import msgspec
 
+from flinkyarn import retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
 from flinkyarn.gateways.dispatcher import JobDetails, RestartView
@@ -72,7 +73,9 @@ def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float 
     last, shown = "", 0  # the number of the last restart printed (the history is capped)
     spark = None
     start = time.monotonic()
-    while True:
+
+    def observe() -> JobDetails | None:
+        nonlocal last, shown, spark
         details = rest.job(job_id)
         if output is not None:
             output.pump()
@@ -92,9 +95,9 @@ def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float 
             last = line
             if on_change:
                 on_change(details)
-        if details.status in TERMINAL:
-            return details
-        time.sleep(poll)
+        return details if details.status in TERMINAL else None
+
+    return retry.poll_until(observe, pauses=retry.Backoff.fixed(poll))
 
 
 def result_of(details: JobDetails) -> JobResult:

@@ -21,12 +21,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import msgspec
 
-from flinkyarn import options
+from flinkyarn import options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.scratch import LOCAL_DIRS_ENV, TMPDIR_ENV
@@ -84,16 +83,21 @@ class LocalCluster:
                     start_new_session=True, env=environment, pass_fds=(watched,))
         finally:
             os.close(watched)
-        deadline = time.monotonic() + timeout
-        while not info.exists():
+        def started() -> bool:
+            if info.exists():
+                return True
             if self.process.poll() is not None:
                 raise ClusterStartError(f"the local AppMaster exited with code "
                                         f"{self.process.returncode}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ClusterStartError(f"the local AppMaster did not start within {timeout:g} s:"
-                                        f"\n{self.log_tail()}")
-            time.sleep(0.05)
+            return False
+
+        try:
+            retry.poll_until(started, bool, pauses=retry.Backoff.fixed(0.05),
+                             deadline=retry.Deadline(timeout))
+        except retry.GaveUp:
+            self.stop()
+            raise ClusterStartError(f"the local AppMaster did not start within {timeout:g} s:"
+                                    f"\n{self.log_tail()}") from None
         cluster = msgspec.json.decode(info.read_bytes())
         self.rpc_address = cluster["rpc_address"]
         self.dashboard_url = cluster["dashboard_url"]

@@ -19,7 +19,6 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import TextIO
 
 import msgspec
 
-from flinkyarn import hadoop, kerberos, options
+from flinkyarn import hadoop, kerberos, options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.dispatcher import TokenStatus
 from flinkyarn.ids import new_id
@@ -77,21 +76,23 @@ def rm_web_address() -> str:
 
 
 def rm_get(path: str) -> dict:
+    """A GET of the ResourceManager's REST API (hadoop.rm_request: RM HA, HTTPS_ONLY,
+    SPNEGO); YarnDeploymentError naming the RMs tried when none answers or it refuses."""
     try:
         return hadoop.rm_request(path)
-    except urllib.error.HTTPError as error:
-        if error.code == 404:
+    except hadoop.ResourceManagerError as error:
+        if error.status == 404:
             raise YarnDeploymentError(f"the YARN ResourceManager knows no {path}") from None
-        raise YarnDeploymentError(f"the YARN ResourceManager at {rm_web_address()} "
-                                  f"answered {error.code} to {path}") from None
-    except (OSError, ValueError) as error:
-        raise YarnDeploymentError(f"the YARN ResourceManager at {rm_web_address()} does not "
-                                  f"answer ({getattr(error, 'reason', error)}); is "
-                                  f"HADOOP_CONF_DIR ({os.environ.get('HADOOP_CONF_DIR')}) "
-                                  f"right?") from None
+        if error.status is not None or not error.tried:  # refused, or no ticket
+            raise YarnDeploymentError(str(error)) from None
+        raise YarnDeploymentError(f"{error}; is HADOOP_CONF_DIR "
+                                  f"({os.environ.get('HADOOP_CONF_DIR')}) right?") from None
 
 
 def application_report(app_id: str) -> dict:
+    """The ResourceManager's report of `app_id` as its REST API gives it (trackingUrl,
+    amHostHttpAddress, runningContainers, logAggregationStatus, ...: more than skein's
+    ApplicationReport has, and without starting skein's driver)."""
     return rm_get(f"/ws/v1/cluster/apps/{app_id}")["app"]
 
 
@@ -343,16 +344,18 @@ class YarnClusterDescriptor:
         deadline = time.monotonic() + timeout
         seen = "SUBMITTED"
         while True:
-            report = application_report(app_id)
-            state = report["state"]
+            # skein's driver, running anyway, asks the ResourceManager as YARN's own
+            # client does (RM HA, Kerberos).
+            report = client.application_report(app_id)
+            state = str(report.state)
             if state != seen and state in ("ACCEPTED", "RUNNING"):
                 phases[state.lower()] = time.monotonic() - start
                 self._say(f"  {state.lower()} [{phases[state.lower()]:.1f} s]")
                 seen = state
             if state in TERMINAL:
                 raise YarnDeploymentError(
-                    f"{app_id} ended while starting: {report['finalStatus']}: "
-                    f"{report.get('diagnostics', '').strip()}\n  logs: yarn logs -applicationId {app_id}")
+                    f"{app_id} ended while starting: {report.final_status}: "
+                    f"{(report.diagnostics or '').strip()}\n  logs: yarn logs -applicationId {app_id}")
             if state == "RUNNING":
                 values = client.connect(app_id, wait=False).kv.get_prefix("flinkyarn.")
                 if REST_ADDRESS_KEY in values:
@@ -440,14 +443,13 @@ def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),
 
 
 def wait_for_end(app_id: str, timeout: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        report = application_report(app_id)
-        if report["state"] in TERMINAL:
-            return report
-        if time.monotonic() > deadline:
-            raise YarnDeploymentError(f"{app_id} still {report['state']} after {timeout:g} s")
-        time.sleep(0.25)
+    try:
+        return retry.poll_until(lambda: application_report(app_id),
+                                lambda report: report["state"] in TERMINAL,
+                                pauses=retry.Backoff.fixed(0.25), deadline=retry.Deadline(timeout))
+    except retry.GaveUp as gave_up:
+        raise YarnDeploymentError(f"{app_id} still {gave_up.last_value['state']} after "
+                                  f"{timeout:g} s") from None
 
 
 def container_logs(app_id: str) -> list[tuple[str, str]]:

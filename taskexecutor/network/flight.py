@@ -27,6 +27,7 @@ import time
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flinkyarn import retry
 from flinkyarn.rpc.security import TASKEXECUTOR_NAME, ClusterSecurity
 from taskexecutor.network.errors import (PartitionException, PartitionFailed,
                                          PartitionNotFound, PartitionNotReady,
@@ -111,7 +112,7 @@ class DataServer(flight.FlightServerBase):
 
     def do_get(self, context, ticket: flight.Ticket) -> flight.FlightDataStream:
         request = SubpartitionRequest.decode(ticket.ticket)
-        deadline = time.monotonic() + max(0.0, min(request.wait, self._max_wait))
+        deadline = retry.Deadline(max(0.0, min(request.wait, self._max_wait)))
         try:
             reader = self._unpark(request) or self._open(context, request, deadline)
         except PartitionException as error:
@@ -140,14 +141,15 @@ class DataServer(flight.FlightServerBase):
             self._forget(reader)
         return []
 
-    def _open(self, context, request: SubpartitionRequest, deadline: float) -> SubpartitionReader:
+    def _open(self, context, request: SubpartitionRequest,
+              deadline: retry.Deadline) -> SubpartitionReader:
         pid, sub = request.partition_id, request.subpartition
         partition = None
         while partition is None:
             try:
-                partition = self._manager.get(pid, self._slice(deadline))
+                partition = self._manager.get(pid, deadline.cap(self._poll))
             except PartitionNotFound:
-                if time.monotonic() >= deadline or self._stopped(context):
+                if deadline.passed() or self._stopped(context):
                     raise PartitionNotFound(f"{pid} is not registered at the TaskExecutor "
                                             f"at {self.address}") from None
         if not partition.admits(sub, request.ticket):
@@ -159,8 +161,8 @@ class DataServer(flight.FlightServerBase):
                 reader = partition.create_reader(sub)
                 break
             except PartitionNotReady:  # a blocking partition not finished yet
-                if (not partition.wait_readable(sub, self._slice(deadline))
-                        and (time.monotonic() >= deadline or self._stopped(context))):
+                if (not partition.wait_readable(sub, deadline.cap(self._poll))
+                        and (deadline.passed() or self._stopped(context))):
                     raise
         with self._lock:
             if not self._closing.is_set():
@@ -170,11 +172,11 @@ class DataServer(flight.FlightServerBase):
         raise PartitionReleased(f"{request}: the data server at {self.address} shuts down")
 
     def _first(self, context, reader: SubpartitionReader, request: SubpartitionRequest,
-               deadline: float):
+               deadline: retry.Deadline):
         """The first event, or None when there is none by the deadline."""
-        while (event := reader.next_event(self._slice(deadline))) is None:
+        while (event := reader.next_event(deadline.cap(self._poll))) is None:
             self._check_stopped(context, request)
-            if time.monotonic() >= deadline:
+            if deadline.passed():
                 return None
         return event
 
@@ -205,9 +207,6 @@ class DataServer(flight.FlightServerBase):
 
     def _stopped(self, context) -> bool:
         return self._closing.is_set() or context.is_cancelled()
-
-    def _slice(self, deadline: float) -> float:
-        return max(0.0, min(self._poll, deadline - time.monotonic()))
 
     # ------------------------------------------------------------ reader tracking
 

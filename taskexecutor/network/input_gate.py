@@ -11,7 +11,6 @@ blocked on one consumer's full subpartition stops feeding the others.
 from __future__ import annotations
 
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections import deque
 from typing import Callable, Iterator, Sequence
@@ -19,6 +18,7 @@ from typing import Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flinkyarn import retry
 from taskexecutor.network.errors import (PartitionException, PartitionNotFound,
                                          PartitionNotReady, PartitionReleased)
 from taskexecutor.network.flight import DataClientPool
@@ -26,8 +26,10 @@ from taskexecutor.network.partition import ResultPartitionID, ResultPartitionMan
 from taskexecutor.network.subpartition import END_OF_PARTITION, SubpartitionReader
 from taskexecutor.network.wire import CANCEL_ACTION, SubpartitionRequest, partition_error
 
-_POLL = 0.1             # how often a waiting local channel checks whether it was closed
-_BACKOFF = (0.02, 1.0)  # first and largest pause between requests for a missing partition
+_POLL = 0.1  # how often a waiting local channel checks whether it was closed
+# Between requests for a partition not registered at its TaskExecutor yet: the defaults
+# of taskmanager.network.request-backoff.initial / .max.
+_BACKOFF = retry.Backoff(0.02, 1.0)
 
 
 class InputChannel(ABC):
@@ -86,15 +88,14 @@ class LocalInputChannel(InputChannel):
             reader.close()
 
     def _request(self) -> SubpartitionReader:
-        deadline = time.monotonic() + self.timeout
+        deadline = retry.Deadline(self.timeout)
         while True:
             self._check_open()
             try:
-                partition = self._manager.get(
-                    self.partition_id, max(0.0, min(_POLL, deadline - time.monotonic())))
+                partition = self._manager.get(self.partition_id, deadline.cap(_POLL))
                 break
             except PartitionNotFound:
-                if time.monotonic() >= deadline:
+                if deadline.passed():
                     raise PartitionNotFound(f"{self}: the partition was not registered at "
                                             f"this TaskExecutor within {self.timeout:g} s") from None
         while True:  # a blocking partition is readable once finished
@@ -120,7 +121,9 @@ class RemoteInputChannel(InputChannel):
     client pool. `locate()` returns the producer TaskExecutor's data address "host:port";
     it is called before each request until the partition is found there (it may block;
     close() does not interrupt it). `ticket`: the JobMaster's for this subpartition
-    (security.partition_ticket), without which the producer serves nothing.
+    (security.partition_ticket), without which the producer serves nothing. `backoff`:
+    the pauses between requests while the partition is not registered there
+    (taskmanager.network.request-backoff.*).
     Requests are long polls of up to `poll_wait` seconds (see flight.py), so close()
     takes effect within about that long while the partition is missing or has no data
     yet, and at once during the stream; either way the server then closes its reader.
@@ -128,12 +131,14 @@ class RemoteInputChannel(InputChannel):
 
     def __init__(self, pool: DataClientPool, locate: Callable[[], str],
                  partition_id: ResultPartitionID, subpartition: int, timeout: float,
-                 *, ticket: bytes, poll_wait: float = 0.5) -> None:
+                 *, ticket: bytes, poll_wait: float = 0.5,
+                 backoff: retry.Backoff = _BACKOFF) -> None:
         super().__init__(partition_id, subpartition, timeout)
         self._pool = pool
         self._ticket = ticket
         self._locate = locate
         self._poll_wait = poll_wait
+        self._backoff = backoff
         self._stream = None
 
     def read(self) -> Iterator[pa.RecordBatch]:
@@ -158,8 +163,9 @@ class RemoteInputChannel(InputChannel):
                 stream.cancel()
 
     def _request(self):
-        deadline = time.monotonic() + self.timeout
-        delay, parked_at = _BACKOFF[0], None
+        deadline = retry.Deadline(self.timeout)
+        not_found = retry.Retrying(self._backoff, deadline=deadline)
+        parked_at = None
         while True:
             if self._closed.is_set() and parked_at is not None:
                 self._cancel(parked_at)
@@ -167,8 +173,7 @@ class RemoteInputChannel(InputChannel):
             # The server keeps a parked reader only a few seconds: ask again at once.
             address = parked_at or self._locate()
             # Once registered, the partition may take as long as its producer needs.
-            wait = self._poll_wait if parked_at else max(
-                0.0, min(self._poll_wait, deadline - time.monotonic()))
+            wait = self._poll_wait if parked_at else deadline.cap(self._poll_wait)
             request = SubpartitionRequest.of(self.partition_id, self.subpartition, self._ticket,
                                              wait)
             try:
@@ -181,12 +186,13 @@ class RemoteInputChannel(InputChannel):
                 self._check_open()
                 if not isinstance(error, PartitionNotFound):
                     raise error from None
-                if time.monotonic() >= deadline:
+                try:
+                    pause = not_found.failed(error)
+                except retry.GaveUp:
                     raise PartitionNotFound(
                         f"{self}: the partition was not registered at the TaskExecutor at "
                         f"{address} within {self.timeout:g} s") from None
-                self._closed.wait(delay)
-                delay = min(delay * 2, _BACKOFF[1])
+                self._closed.wait(pause)  # close() cuts the pause short
                 continue
             with self._lock:
                 if self._closed.is_set():
@@ -305,9 +311,9 @@ class InputGate:
 
     def join(self, timeout: float | None = None) -> bool:
         """Waits up to `timeout` s for the reader threads to end; True if they did."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = retry.Deadline(timeout)
         for thread in self._threads:
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            thread.join(None if timeout is None else deadline.remaining())
         return not any(thread.is_alive() for thread in self._threads)
 
     def __enter__(self) -> "InputGate":

@@ -5,12 +5,12 @@ timeouts are seen in seconds."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import cloudpickle
 import pytest
 
+from flinkyarn import retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity
 from tests.local import jobs
@@ -30,14 +30,12 @@ FAST = {
 
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition", poll: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(poll)
+    """The first true value of `predicate()`, polled every `poll` s for up to `timeout` s."""
+    try:
+        return retry.poll_until(predicate, bool, pauses=retry.Backoff.fixed(poll),
+                                deadline=retry.Deadline(timeout))
+    except retry.GaveUp:
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}") from None
 
 
 def task_executor_security(cluster: LocalCluster) -> ClusterSecurity:

@@ -25,6 +25,8 @@ from flinkyarn.configuration import (
 from flinkyarn.ids import JobID, JobVertexID
 from flinkyarn.jobgraph import InvalidJobGraph, JobGraph, JobVertex
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig
+from flinkyarn.retry import Backoff
+from taskexecutor.environment import NetworkConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_FILE = REPO / "conf" / "flinkyarn.yaml"
@@ -326,6 +328,15 @@ def test_registration_config_rejects_a_max_backoff_below_the_initial_one():
                                    "cluster.registration.max-timeout": "30 s"})
     with pytest.raises(ConfigurationError, match="'cluster.registration.max-timeout'"):
         RegistrationConfig.from_configuration(conf)
+
+
+def test_the_partition_request_backoff_comes_from_flinks_request_backoff_options():
+    conf = Configuration.from_raw({"taskmanager.network.request-backoff.initial": "50 ms",
+                                   "taskmanager.network.request-backoff.max": "2 s"})
+    assert NetworkConfig.from_configuration(conf).request_backoff == Backoff(0.05, 2.0)
+    conf = Configuration.from_raw({"taskmanager.network.request-backoff.initial": "5 s"})
+    with pytest.raises(ConfigurationError, match="'taskmanager.network.request-backoff.max'"):
+        NetworkConfig.from_configuration(conf)
 
 
 def test_a_vertex_above_the_max_parallelism_is_refused_naming_the_option():

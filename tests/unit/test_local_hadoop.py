@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ElementTree
 
 import pytest
 
 import local_hadoop
-from flinkyarn import hadoop
+from flinkyarn import hadoop, retry
 
 
 @pytest.fixture
@@ -202,9 +202,9 @@ def fake_daemon(layout, name):
                                 f"-Dflinkyarn.daemon={name}@{layout.work}"])
     layout.pidfile(name).write_text(f"{process.pid}\n")
     # Until the child has exec'd, its command line is still ours.
-    deadline = time.monotonic() + 30
-    while local_hadoop.read_pid(layout, name) != process.pid and time.monotonic() < deadline:
-        time.sleep(0.01)
+    with contextlib.suppress(retry.GaveUp):
+        retry.poll_until(lambda: local_hadoop.read_pid(layout, name) == process.pid, bool,
+                         pauses=retry.Backoff.fixed(0.01), deadline=retry.Deadline(30))
     return process
 
 

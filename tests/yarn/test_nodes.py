@@ -9,7 +9,6 @@ node of a one-node cluster is shared with the client, and the same checks state 
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import skein
 
 import local_hadoop
 import smoke
+from flinkyarn import retry
 
 CHECK = "flinkyarn-node-check"
 
@@ -59,8 +59,7 @@ def node_check_script(client_marker: Path, tmp_marker: str) -> str:
 
 def container_reports(app_id: str, count: int) -> dict[str, dict[str, str]]:
     """{NM_HOST: {key: value}} from the containers' aggregated stdout (`yarn logs`)."""
-    deadline = time.monotonic() + 90
-    while True:
+    def reports() -> dict[str, dict[str, str]]:
         logs = subprocess.run(["yarn", "logs", "-applicationId", app_id],
                               capture_output=True, text=True).stdout
         reports, current = [], None
@@ -71,10 +70,13 @@ def container_reports(app_id: str, count: int) -> dict[str, dict[str, str]]:
             if line.startswith(CHECK) and current is not None:
                 key, _, value = line[len(CHECK) + 1:].partition("=")
                 current[key] = value
-        done = [r for r in reports if "done" in r]
-        if len(done) == count or time.monotonic() > deadline:
-            return {r["host"]: r for r in done}
-        time.sleep(1)
+        return {r["host"]: r for r in reports if "done" in r}
+
+    try:
+        return retry.poll_until(reports, lambda done: len(done) == count,
+                                pauses=retry.Backoff.fixed(1.0), deadline=retry.Deadline(90))
+    except retry.GaveUp as gave_up:  # the test says what is missing
+        return gave_up.last_value
 
 
 def test_a_container_on_each_node_sees_that_node_only(hadoop, skein_client, tmp_path):

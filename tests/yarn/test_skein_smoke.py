@@ -4,11 +4,11 @@ any node: it needs nothing of the client's)."""
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 
 import smoke
 import local_hadoop
+from tests.local.conftest import wait_for
 
 
 def hdfs_cat(path: str) -> str:
@@ -38,10 +38,6 @@ def test_failing_script_fails_the_application_with_its_error(hadoop, skein_clien
     # The script's error reaches the user: in the diagnostics, or in the container's
     # log, which aggregation moves to HDFS shortly after the end.
     said = f"smoke_app failed on purpose: {message}"
-    deadline = time.monotonic() + 60
-    logs = ""
-    while said not in app["diagnostics"] + logs and time.monotonic() < deadline:
-        time.sleep(1)
-        logs = subprocess.run(["yarn", "logs", "-applicationId", app_id],
-                              capture_output=True, text=True).stdout
-    assert said in app["diagnostics"] + logs
+    wait_for(lambda: said in app["diagnostics"] or said in subprocess.run(
+        ["yarn", "logs", "-applicationId", app_id], capture_output=True, text=True).stdout,
+        60, f"{said!r} in the diagnostics or the container's log", poll=1)

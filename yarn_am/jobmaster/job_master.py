@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from flinkyarn import options
+from flinkyarn import options, retry
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
@@ -182,17 +182,16 @@ class JobMaster(RpcEndpoint):
         """Registers until it succeeds, pausing between attempts as flinkyarn.registration
         says. An attempt has rpc.ask-timeout (the ResourceManager is in this process:
         the doubling attempt timeouts are the TaskExecutors')."""
-        policy = self.config.registration
-        while True:
-            try:
-                registration = await self._rm.register_job_master(RegisterJobMaster(
-                    self.job_id, self.job_master_id, self.resource_id, self.rpc.address))
-                break
-            except RpcError as error:
-                pause, _ = registration_retry.next_attempt(policy, policy.initial_backoff, error)
-                log.info("job %s: registering at the ResourceManager failed (%s); retrying "
-                         "in %g s", self.job_id, error, pause)
-                await asyncio.sleep(pause)
+        def retrying(_attempt: int, error: BaseException, pause: float) -> None:
+            log.info("job %s: registering at the ResourceManager failed (%s); retrying "
+                     "in %g s", self.job_id, error, pause)
+
+        registration = await retry.retry_async(
+            lambda: self._rm.register_job_master(RegisterJobMaster(
+                self.job_id, self.job_master_id, self.resource_id, self.rpc.address)),
+            retry_on=RpcError,
+            pauses=registration_retry.RegistrationAttempts(self.config.registration).pause_after,
+            on_retry=retrying)
         self.resource_manager_id = registration.resource_manager_id
         self._rm_resource_id = registration.resource_manager_resource_id
         self._rm_heartbeats.monitor_target(self._rm_resource_id)

@@ -124,7 +124,8 @@ class YarnDriver:
             app_spec = await asyncio.to_thread(self._app.get_specification)
             scheduler = (await asyncio.to_thread(hadoop.rm_request, "/ws/v1/cluster/scheduler")
                          )["scheduler"]["schedulerInfo"]
-        except (OSError, ValueError, KeyError, skein.exceptions.SkeinError) as error:
+        except (OSError, ValueError, KeyError, hadoop.HadoopConfigError,
+                skein.exceptions.SkeinError) as error:
             log.warning("cannot learn the YARN queue's capacity: %s", error)
             return None
         queue = hadoop.leaf_queues(scheduler).get(app_spec.queue)
