@@ -303,7 +303,7 @@ def client_login(conf) -> None:
     if keytab:
         principal = conf.get(options.SECURITY_KERBEROS_PRINCIPAL)
         digest = hashlib.sha256(f"{keytab}\0{principal}".encode()).hexdigest()[:16]
-        login(os.path.expanduser(keytab), principal, _client_home() / "tickets" / f"krb5cc-{digest}")
+        login(os.path.expanduser(keytab), principal, client_home() / "tickets" / f"krb5cc-{digest}")
         return
     if not conf.get(options.SECURITY_KERBEROS_USE_TICKET_CACHE):
         raise KerberosError("the Hadoop cluster is secure (Kerberos) and "
@@ -342,8 +342,9 @@ def first_line(error: Exception) -> str:
     return text[0] if text else error.__class__.__name__
 
 
-def _client_home() -> Path:
-    """The client's own folder (FLINKYARN_HOME, else ~/.flinkyarn)."""
+def client_home() -> Path:
+    """The client's own folder (FLINKYARN_HOME, else ~/.flinkyarn): its applications'
+    files, logs, tickets and truststores."""
     return Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
 
 
@@ -368,7 +369,7 @@ def _pem_of_truststore(location: str, password_text: str) -> str:
     was removed meanwhile."""
     pem = _truststore_pem(location, password_text)
     own_temp = os.environ.get(scratch.TMPDIR_ENV)
-    folder = Path(own_temp) if own_temp else _client_home() / "truststores"
+    folder = Path(own_temp) if own_temp else client_home() / "truststores"
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"flinkyarn-ca-{hashlib.sha256(pem).hexdigest()[:16]}.pem"
     if not target.exists():  # written whole under a name of its own, then renamed

@@ -423,11 +423,13 @@ class PySparkDriver:
             self._flush(app)
         app_id = app["id"]
         try:
-            deadline = time.monotonic() + (0 if cancelled else 5.0)
-            report = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}")["app"]
-            while report["state"] not in TERMINAL and time.monotonic() < deadline:
-                time.sleep(0.2)
-                report = hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}")["app"]
+            try:  # a cancelled script's application is killed at once
+                report = retry.poll_until(
+                    lambda: hadoop.rm_request(f"/ws/v1/cluster/apps/{app_id}")["app"],
+                    lambda report: report["state"] in TERMINAL, pauses=retry.Backoff.fixed(0.2),
+                    deadline=retry.Deadline(0 if cancelled else 5.0))
+            except retry.GaveUp as gave_up:
+                report = gave_up.last_value
             if report["state"] not in TERMINAL:
                 log.info("killing Spark application %s of %s", app_id, self.script.name)
                 hadoop.kill_application(app_id)

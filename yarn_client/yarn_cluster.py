@@ -40,7 +40,7 @@ APPLICATION_TYPE = "flinkyarn"
 REST_ADDRESS_KEY = "flinkyarn.rest_address"
 DASHBOARD_KEY = "flinkyarn.dashboard_url"
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
-HOME = Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
+HOME = kerberos.client_home()
 
 
 KEYTAB = "flinkyarn-login.keytab"  # the AppMaster's copy of security.kerberos.login.keytab
@@ -102,10 +102,13 @@ TASKEXECUTOR_STAGED = {CA_FILE: CA_FILE, CERT_FILE: "taskexecutor-cert.pem",
 
 
 def _staged_security(directory: Path) -> dict[str, Path]:
-    """What of ClusterSecurity.generate's files goes into the staging folder, by name."""
+    """What of ClusterSecurity.generate's files goes into the staging folder, by staged
+    name: the client's files (the AppMaster localizes the authority's; a client on another
+    machine fetches the rest: `connect`), and the TaskExecutors' certificate and key under
+    TASKEXECUTOR_STAGED's names (their ca.pem is the client's)."""
     staged = {name: directory / name for name in FILES}
-    staged.update({staged_name: directory / TASKEXECUTOR_DIR / name
-                   for name, staged_name in TASKEXECUTOR_STAGED.items() if name != CA_FILE})
+    for name in (CERT_FILE, KEY_FILE):
+        staged[TASKEXECUTOR_STAGED[name]] = directory / TASKEXECUTOR_DIR / name
     return staged
 
 
@@ -341,9 +344,10 @@ class YarnClusterDescriptor:
                             ) -> tuple[str, str, TokenStatus | None]:
         """Shows the start-up phases; returns (REST address, dashboard URL, what the
         AppMaster says of its delegation tokens on a secure cluster)."""
-        deadline = time.monotonic() + timeout
-        seen = "SUBMITTED"
-        while True:
+        seen = state = "SUBMITTED"
+
+        def started() -> tuple[str, str, TokenStatus | None] | None:
+            nonlocal seen, state
             # skein's driver, running anyway, asks the ResourceManager as YARN's own
             # client does (RM HA, Kerberos).
             report = client.application_report(app_id)
@@ -356,18 +360,24 @@ class YarnClusterDescriptor:
                 raise YarnDeploymentError(
                     f"{app_id} ended while starting: {report.final_status}: "
                     f"{(report.diagnostics or '').strip()}\n  logs: yarn logs -applicationId {app_id}")
-            if state == "RUNNING":
-                values = client.connect(app_id, wait=False).kv.get_prefix("flinkyarn.")
-                if REST_ADDRESS_KEY in values:
-                    phases["appmaster up"] = time.monotonic() - start
-                    self._say(f"  AppMaster up [{phases['appmaster up']:.1f} s]")
-                    tokens = values.get(kerberos.TOKEN_STATUS_KEY)
-                    return (values[REST_ADDRESS_KEY].decode(), values[DASHBOARD_KEY].decode(),
-                            msgspec.json.decode(tokens, type=TokenStatus) if tokens else None)
-            if time.monotonic() > deadline:
-                raise YarnDeploymentError(f"{app_id} did not start within {timeout:g} s "
-                                          f"(state {state}); logs: yarn logs -applicationId {app_id}")
-            time.sleep(0.2)
+            if state != "RUNNING":
+                return None
+            values = client.connect(app_id, wait=False).kv.get_prefix("flinkyarn.")
+            if REST_ADDRESS_KEY not in values:
+                return None
+            phases["appmaster up"] = time.monotonic() - start
+            self._say(f"  AppMaster up [{phases['appmaster up']:.1f} s]")
+            tokens = values.get(kerberos.TOKEN_STATUS_KEY)
+            return (values[REST_ADDRESS_KEY].decode(), values[DASHBOARD_KEY].decode(),
+                    msgspec.json.decode(tokens, type=TokenStatus) if tokens else None)
+
+        try:
+            return retry.poll_until(started, pauses=retry.Backoff.fixed(0.2),
+                                    deadline=retry.Deadline(timeout))
+        except retry.GaveUp:
+            raise YarnDeploymentError(f"{app_id} did not start within {timeout:g} s "
+                                      f"(state {state}); logs: yarn logs -applicationId {app_id}"
+                                      ) from None
 
     def _say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
