@@ -4,10 +4,15 @@ This is the core package the three roles share (the client in `yarn_client`, the
 AppMaster in `yarn_am`, the TaskExecutor in `taskexecutor`), and what users import.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flinkyarn.pipeline.api import Pipeline as Pipeline
+
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     # `from flinkyarn import Pipeline` without importing pyarrow for every process that
     # only needs the core (the AppMaster, the CLI).
     if name == "Pipeline":

@@ -330,9 +330,10 @@ class Configuration:
     def get(self, option: ConfigOption[T]) -> T:
         """The typed value of `option`: the set value, else its default."""
         try:
-            return self._values[option.key]
+            value: T = self._values[option.key]  # made by option.parse or its default
         except KeyError:
             raise ConfigurationError(f"option {option.key!r} is not registered") from None
+        return value
 
     def raw(self) -> dict[str, str]:
         """The explicitly set values (defaults left out), to hand to another process."""

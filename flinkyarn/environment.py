@@ -12,6 +12,7 @@ factories of its client modules without the core depending on them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Protocol
@@ -66,7 +67,7 @@ def current_executor() -> JobExecutor:
             "flinkyarn (pip install -e .) so that a plain `python PROGRAM` finds the local "
             f"executor it registers as entry point {DEFAULT_EXECUTOR!r} of group "
             f"{EXECUTOR_ENTRY_POINTS!r}")
-    factory = next(iter(registered)).load()
+    factory: Callable[[], JobExecutor] = next(iter(registered)).load()
     return factory()
 
 
@@ -91,4 +92,5 @@ def pickle_user_code(obj: object) -> bytes:
                     and name.split(".")[0] not in _RUNTIME_PACKAGES
                     and "site-packages" not in path and name != "__main__"):
                 cloudpickle.register_pickle_by_value(module)
-    return cloudpickle.dumps(obj)
+    data: bytes = cloudpickle.dumps(obj)
+    return data

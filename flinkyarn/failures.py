@@ -92,9 +92,10 @@ def _chain(error: BaseException) -> tuple[list[tuple[str, BaseException]], int]:
     many more the chain holds (counted up to a hundred; a cycle ends it)."""
     chain, seen, current, more = [("", error)], {id(error)}, error, 0
     while len(chain) + more < 100:
-        label, current = _next(current)
-        if current is None or id(current) in seen:
+        label, following = _next(current)
+        if following is None or id(following) in seen:
             break
+        current = following
         seen.add(id(current))
         if len(chain) <= CHAINED:
             chain.append((label, current))

@@ -11,7 +11,12 @@ import os
 import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlparse
+
+if TYPE_CHECKING:  # imported where used: most processes speak to neither
+    import requests
+    from fsspec.implementations.webhdfs import WebHDFS
 
 # Options of the JVMs we start that mostly wait (skein's driver and ApplicationMaster,
 # Spark's client-mode AM): the quick compiler only and the serial collector halve the
@@ -70,7 +75,7 @@ def namenode_web_address(directory: Path | None = None) -> tuple[str, int]:
     return host, int(port)
 
 
-def hdfs(user: str | None = None, host: str | None = None):
+def hdfs(user: str | None = None, host: str | None = None) -> WebHDFS:
     """An fsspec filesystem for the cluster's HDFS, over WebHDFS, as Hadoop's own client
     would speak to it: on a secure cluster (hadoop.security.authentication=kerberos)
     with a delegation token where the process has one (a YARN container), else with the
@@ -97,7 +102,7 @@ def hdfs(user: str | None = None, host: str | None = None):
     return filesystem
 
 
-def delete(filesystem, path: str) -> bool:
+def delete(filesystem: WebHDFS, path: str) -> bool:
     """Removes `path` (a folder with its contents) through WebHDFS `filesystem`; whether
     there was anything to remove. A refusal raises (fsspec's `exists` would answer "not
     there" to one, and its `rm` does not say whether it removed anything)."""
@@ -167,7 +172,7 @@ def rm_web_addresses(directory: Path | None = None) -> list[str]:
             value = f"localhost:{port}"
         host, _, number = value.rpartition(":")
         if host in ("", "0.0.0.0"):  # a bind address: the RM's host name says where it is
-            host = hostname if hostname not in (None, "", "0.0.0.0") else "localhost"
+            host = hostname if hostname and hostname != "0.0.0.0" else "localhost"
         addresses.append(f"{scheme}://{host}:{number}")
     return addresses
 
@@ -190,8 +195,8 @@ def rm_web_address(directory: Path | None = None) -> str:
     return _active_rm.get(tuple(addresses), addresses[0])
 
 
-def rm_request(path: str, method: str = "GET", body: dict | None = None,
-               timeout: float = 10.0) -> dict:
+def rm_request(path: str, method: str = "GET", body: dict[str, Any] | None = None,
+               timeout: float = 10.0) -> dict[str, Any]:
     """A call of the ResourceManager's REST API as this process's user; its JSON answer
     ({} for none). Asks each configured RM in turn (the one that answered last first),
     each within `timeout` seconds, and follows a standby's redirect to the active one.
@@ -262,7 +267,8 @@ def rm_request(path: str, method: str = "GET", body: dict | None = None,
                                f"{'; '.join(failures)}", None, tuple(tried))
 
 
-def _answer(response, base: str, method: str, path: str, tried: tuple[str, ...]) -> dict:
+def _answer(response: requests.Response, base: str, method: str, path: str,
+            tried: tuple[str, ...]) -> dict[str, Any]:
     """The active RM's answer as JSON; a refusal or another body raises."""
     if response.status_code >= 400:
         try:  # the RM says why in a RemoteException
@@ -275,11 +281,12 @@ def _answer(response, base: str, method: str, path: str, tried: tuple[str, ...])
     if not response.content:
         return {}
     try:
-        return response.json()
+        answer: dict[str, Any] = response.json()
     except ValueError:
         raise ResourceManagerError(f"the YARN ResourceManager at {base} answered {method} "
                                    f"{path} with no JSON ({response.headers.get('Content-Type')})",
                                    response.status_code, tried) from None
+    return answer
 
 
 def _origin(url: str) -> str:
@@ -299,12 +306,12 @@ def _reason(error: Exception, timeout: float) -> str:
     return found.group(0).strip() if found else text
 
 
-def leaf_queues(scheduler: dict) -> dict[str, dict]:
+def leaf_queues(scheduler: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The leaf queues of the ResourceManager's schedulerInfo (/ws/v1/cluster/scheduler),
     by name and by path; none for a scheduler without queues (FIFO)."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
 
-    def visit(queue: dict) -> None:
+    def visit(queue: dict[str, Any]) -> None:
         children = (queue.get("queues") or {}).get("queue") or []
         if not children:
             out[queue["queueName"]] = queue
@@ -317,10 +324,11 @@ def leaf_queues(scheduler: dict) -> dict[str, dict]:
     return out
 
 
-def applications_tagged(tag: str) -> list[dict]:
+def applications_tagged(tag: str) -> list[dict[str, Any]]:
     """The YARN applications that carry `tag` (YARN keeps tags in lower case)."""
     found = rm_request(f"/ws/v1/cluster/apps?applicationTags={tag.lower()}")
-    return (found.get("apps") or {}).get("app") or []
+    apps: list[dict[str, Any]] = (found.get("apps") or {}).get("app") or []
+    return apps
 
 
 def kill_application(app_id: str) -> None:

@@ -15,9 +15,9 @@ not reach it (Flink's rule: a killed process refuses connections at once, so wai
 the timeout only delays recovery); a call that reaches a frozen process and times out
 does not count, so freezing is still found by the timeout.
 
-The manager is bookkeeping over a Clock: tests drive time with a ManualClock and call
-`check_timeouts()`; endpoints call `send_heartbeats()` and `check_timeouts()` from
-periodic tasks on their loop.
+The manager is bookkeeping over a Clock, which also times its heartbeat calls out: tests
+drive time with a ManualClock and call `check_timeouts()`; endpoints call
+`send_heartbeats()` and `check_timeouts()` from periodic tasks on their loop.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 
 In = TypeVar("In")    # payload we receive
 Out = TypeVar("Out")  # payload we send
+
+
+def _no_payload(_resource_id: ResourceID) -> Any:
+    """The default `payload_for`: a manager made without one sends None (its Out)."""
+    return None
 
 
 @dataclass
@@ -61,7 +66,7 @@ class HeartbeatManager(Generic[In, Out]):
     def __init__(self, owner: ResourceID, timeout: float, clock: Clock,
                  on_timeout: Callable[[ResourceID], None],
                  on_payload: Callable[[ResourceID, In], None] = lambda _r, _p: None,
-                 payload_for: Callable[[ResourceID], Out] = lambda _r: None,
+                 payload_for: Callable[[ResourceID], Out] = _no_payload,
                  rpc_failure_threshold: int | None = None,
                  on_unreachable: Callable[[ResourceID, str], None] | None = None) -> None:
         self.owner = owner
@@ -121,11 +126,12 @@ class HeartbeatManager(Generic[In, Out]):
         A failed or unanswered request is not an error here: silence is what the timeout
         measures. Calls that could not reach the target are counted; at the threshold it
         is declared dead at once."""
-        async def one(resource_id: ResourceID, target: _Target) -> None:
+        async def one(resource_id: ResourceID, target: _Target,
+                      request: Callable[[Out], Awaitable[In]]) -> None:
             target.in_flight = True
             try:
-                answer = await asyncio.wait_for(target.request(self._payload_for(resource_id)),
-                                                call_timeout)
+                answer = await self._clock.wait_for(request(self._payload_for(resource_id)),
+                                                    call_timeout)
             except Unreachable as error:
                 self._call_failed(resource_id, target, str(error))
                 return
@@ -138,7 +144,7 @@ class HeartbeatManager(Generic[In, Out]):
                 target.failed_calls = 0
                 self.receive_heartbeat(resource_id, answer)
 
-        await asyncio.gather(*(one(rid, t) for rid, t in list(self._targets.items())
+        await asyncio.gather(*(one(rid, t, t.request) for rid, t in list(self._targets.items())
                                if t.request is not None and not t.in_flight))
 
     def _call_failed(self, resource_id: ResourceID, target: _Target, error: str) -> None:

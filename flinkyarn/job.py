@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from flinkyarn import environment
 from flinkyarn.ids import JobID, JobVertexID, new_id
@@ -42,7 +42,7 @@ class JobBuilder:
         self._vertices: list[JobVertex] = []
         self._edges: list[JobEdge] = []
 
-    def add_vertex(self, name: str, function: Callable, parallelism: int = 1,
+    def add_vertex(self, name: str, function: Callable[[Any], object], parallelism: int = 1,
                    slot_sharing_group: str | None = DEFAULT_SLOT_SHARING_GROUP,
                    resources: ResourceProfile = UNKNOWN) -> VertexHandle:
         if not callable(function):

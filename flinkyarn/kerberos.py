@@ -22,10 +22,15 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fsspec.implementations.webhdfs import WebHDFS
 
 from flinkyarn import hadoop, scratch
+from flinkyarn.configuration import Configuration
+
+if TYPE_CHECKING:
+    import requests
 
 TOKEN_FILE_VARIABLE = "HADOOP_TOKEN_FILE_LOCATION"
 HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
@@ -250,24 +255,27 @@ def hdfs_delegation_token() -> str | None:
     return found[-1].url_string() if found else None
 
 
-class DelegatedWebHDFS(WebHDFS):
+class DelegatedWebHDFS(WebHDFS):  # type: ignore[misc]  # fsspec has no type information
     """WebHDFS that sends the process's current HDFS delegation token with every call:
     a filesystem made before newer tokens were handed over (`use_tokens`) keeps working."""
 
-    def _call(self, op, method="get", path=None, data=None, redirect=True, **kwargs):
+    def _call(self, op: str, method: str = "get", path: str | None = None, data: Any = None,
+              redirect: bool = True, **kwargs: Any) -> requests.Response:
         self.pars["delegation"] = hdfs_delegation_token()
-        return super()._call(op, method, path, data, redirect, **kwargs)
+        response: requests.Response = super()._call(op, method, path, data, redirect, **kwargs)
+        return response
 
 
 # -------------------------------------------------------------------- tickets
 
 
-def spnego_auth():
+def spnego_auth() -> requests.auth.AuthBase:
     """requests' SPNEGO authentication with this process's Kerberos ticket."""
     from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
 
     check_ticket()
-    return HTTPSPNEGOAuth(mutual_authentication=OPTIONAL)
+    auth: requests.auth.AuthBase = HTTPSPNEGOAuth(mutual_authentication=OPTIONAL)
+    return auth
 
 
 def check_ticket() -> str:
@@ -291,7 +299,7 @@ def check_ticket() -> str:
     return name
 
 
-def client_login(conf) -> None:
+def client_login(conf: Configuration) -> None:
     """A client command's identity on a secure cluster (nothing on another): logged in
     from security.kerberos.login.keytab into a ticket cache of this user's own, or the
     ticket cache of kinit, checked; else one KerberosError saying what to do."""

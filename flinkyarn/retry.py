@@ -28,7 +28,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterator, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, TypeVar, overload
 
 from flinkyarn.clock import Clock, SystemClock
 
@@ -192,9 +192,23 @@ def _waited_for(value: T, until: Callable[[T], bool]) -> T:
     return value
 
 
-def poll_until(probe: Callable[[], T], until: Callable[[T], bool] = _is_not_none, *,
-               pauses: Backoff, deadline: Deadline | None = None,
+@overload
+def poll_until(probe: Callable[[], T | None], *, pauses: Backoff,
+               deadline: Deadline | None = None,
                sleep: Callable[[float], object] = time.sleep) -> T:
+    ...
+
+
+@overload
+def poll_until(probe: Callable[[], T], until: Callable[[T], bool], *, pauses: Backoff,
+               deadline: Deadline | None = None,
+               sleep: Callable[[float], object] = time.sleep) -> T:
+    ...
+
+
+def poll_until(probe: Callable[[], Any], until: Callable[[Any], bool] = _is_not_none, *,
+               pauses: Backoff, deadline: Deadline | None = None,
+               sleep: Callable[[float], object] = time.sleep) -> Any:
     """The first value of `probe()` for which `until` holds, probing again after each
     pause; GaveUp (with the last value) when the deadline has passed. `probe` may raise
     to stop."""
@@ -202,11 +216,27 @@ def poll_until(probe: Callable[[], T], until: Callable[[T], bool] = _is_not_none
                  deadline=deadline, sleep=sleep)
 
 
-async def poll_until_async(probe: Callable[[], T], until: Callable[[T], bool] = _is_not_none,
-                           *, pauses: Backoff, deadline: Deadline | None = None,
+@overload
+async def poll_until_async(probe: Callable[[], T | None], *, pauses: Backoff,
+                           deadline: Deadline | None = None,
                            sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> T:
-    """poll_until() on the loop; `probe` is a plain function (it must not block)."""
-    async def attempt() -> T:
+    ...
+
+
+@overload
+async def poll_until_async(probe: Callable[[], T], until: Callable[[T], bool], *,
+                           pauses: Backoff, deadline: Deadline | None = None,
+                           sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> T:
+    ...
+
+
+async def poll_until_async(probe: Callable[[], Any],
+                           until: Callable[[Any], bool] = _is_not_none, *, pauses: Backoff,
+                           deadline: Deadline | None = None,
+                           sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> Any:
+    """poll_until() on the loop; `probe` is a plain function (it must not block). Without
+    `until`: the first value that is not None."""
+    async def attempt() -> Any:
         return _waited_for(probe(), until)
     return await retry_async(attempt, retry_on=_NotYet, pauses=pauses, deadline=deadline,
                              sleep=sleep)

@@ -12,6 +12,7 @@ the wrong interpreter too, before anything of flinkyarn is imported.
 """
 
 import sys
+from typing import Dict, List, Mapping, Sequence
 
 EXIT_MISMATCH = 78  # EX_CONFIG
 # Every diagnostic of a mismatch starts so; the AppMaster recognises it in a container's
@@ -20,31 +21,32 @@ MARKER = "flinkyarn: environment mismatch:"
 PACKAGES = ("pyarrow", "pyspark")
 
 
-def versions():
+def versions() -> Dict[str, str]:
     """{'python': '3.11.7', 'pyarrow': '26.0.1', 'pyspark': '4.3.0'} of this interpreter;
     a package that is not installed is 'missing'."""
     found = {"python": "%d.%d.%d" % tuple(sys.version_info[:3])}
-    try:
-        from importlib import metadata
-    except ImportError:  # Python < 3.8
-        metadata = None
     for name in PACKAGES:
-        try:
-            found[name] = metadata.version(name) if metadata else "missing"
-        except Exception:
-            found[name] = "missing"
+        found[name] = _version(name)
     return found
 
 
-def describe(found):
+def _version(package: str) -> str:
+    try:
+        from importlib import metadata
+        return metadata.version(package)
+    except Exception:  # not installed, or Python < 3.8 (no importlib.metadata)
+        return "missing"
+
+
+def describe(found: Mapping[str, str]) -> str:
     return " ".join("%s=%s" % (name, found.get(name, "missing")) for name in ("python",) + PACKAGES)
 
 
-def parse(text):
+def parse(text: str) -> Dict[str, str]:
     return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
-def mismatches(expected, actual):
+def mismatches(expected: Mapping[str, str], actual: Mapping[str, str]) -> List[str]:
     """The names whose versions do not fit, in a stable order."""
     wrong = []
     for name in ("python",) + PACKAGES:
@@ -59,7 +61,7 @@ def mismatches(expected, actual):
     return wrong
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> int:
     expected = parse(argv[1] if len(argv) > 1 else "")
     actual = versions()
     wrong = mismatches(expected, actual)

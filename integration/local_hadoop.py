@@ -573,7 +573,8 @@ set -e
 export HADOOP_CONF_DIR="{layout.conf}"
 JAVA="${{JAVA_HOME:-{java_home()}}}/bin/java"
 CP="{classpath}"
-OPTS="-Xmx256m -Dlog4j.configuration=file:{layout.conf}/log4j.properties -Dhadoop.root.logger=WARN,console {' '.join(java_options(layout))}"
+OPTS="-Xmx256m -Dlog4j.configuration=file:{layout.conf}/log4j.properties \
+-Dhadoop.root.logger=WARN,console {' '.join(java_options(layout))}"
 sub="${{1:-}}"; shift || true
 case "$sub" in
   classpath)
@@ -1088,7 +1089,9 @@ def down(layout: Layout | None = None, timeout: float = 30.0,
             continue
         os.kill(pid, signal.SIGTERM)
         try:
-            retry.poll_until(lambda: not _alive(pid), bool, pauses=retry.Backoff.fixed(0.2),
+            # Polled before the loop moves on: `pid` is this iteration's.
+            retry.poll_until(lambda: not _alive(pid), bool,  # noqa: B023
+                             pauses=retry.Backoff.fixed(0.2),
                              deadline=retry.Deadline(timeout))
         except retry.GaveUp:
             if _alive(pid):

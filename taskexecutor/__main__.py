@@ -103,7 +103,11 @@ def exit_at_the_latest(seconds: float, code: int) -> None:
     what they use: the process ends within `seconds` all the same."""
     import threading
 
-    timer = threading.Timer(seconds, lambda: (logging.shutdown(), os._exit(code)))
+    def end() -> None:
+        logging.shutdown()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, end)
     timer.daemon = True
     timer.start()
 

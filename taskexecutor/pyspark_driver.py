@@ -46,7 +46,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from flinkyarn import hadoop, kerberos, options, retry
 from flinkyarn.configuration import Configuration
@@ -54,6 +54,8 @@ from flinkyarn.gateways.job_master import OutputChunk
 from taskexecutor.task import TaskCancelled
 
 if TYPE_CHECKING:
+    from fsspec.implementations.webhdfs import WebHDFS
+
     from flinkyarn.pipeline.pyspark_script import PySparkScript
 
 log = logging.getLogger(__name__)
@@ -119,10 +121,10 @@ class PySparkDriver:
         self._pending_lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._stderr_tail: deque[str] = deque(maxlen=300)
-        self._log_file = None
+        self._log_file: TextIO | None = None
         self._ended = threading.Event()
         self.spark_application: dict | None = None
-        self._filesystem = None
+        self._filesystem: WebHDFS | None = None
 
     # ------------------------------------------------------------------ set-up
 
@@ -265,14 +267,16 @@ class PySparkDriver:
     # --------------------------------------------------------------------- output
 
     def _pump(self, stream, name: str) -> None:
+        log_file = self._log_file
+        assert log_file is not None  # opened before the driver starts
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         partial = ""
         while True:
             data = os.read(stream.fileno(), 65536)
             text = decoder.decode(data, final=not data)
             if text:
-                self._log_file.write(text)
-                self._log_file.flush()
+                log_file.write(text)
+                log_file.flush()
                 with self._pending_lock:
                     self._pending.append(OutputChunk(name, text))
                 if name == "stderr":
@@ -288,7 +292,9 @@ class PySparkDriver:
         with self._report_lock:
             with self._pending_lock:
                 pending, self._pending = self._pending, []
-            batches, batch, size = [], [], 0
+            batches: list[list[OutputChunk]] = []
+            batch: list[OutputChunk] = []
+            size = 0
             for chunk in pending:
                 if batch and batch[-1].stream == chunk.stream and size + len(chunk.text) <= MAX_REPORT_CHARS:
                     batch[-1] = OutputChunk(chunk.stream, batch[-1].text + chunk.text)
@@ -347,13 +353,14 @@ class PySparkDriver:
             env["PYTHONPATH"] = os.pathsep.join([*python_path, *filter(None, [env.get("PYTHONPATH")])])
         command = [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
                    str(script), *self.script.args]
-        self._log_file = open(log_dir / f"pyspark-{self.context.job_id}.log", "a",
-                              encoding="utf-8")
+        log_file = self._log_file = open(log_dir / f"pyspark-{self.context.job_id}.log", "a",
+                                         encoding="utf-8")
         log.info("%s: starting the driver (master %s) in %s", self.script.name,
                  self.settings.master, cwd)
         process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    process_group=0)
+        assert process.stdout is not None and process.stderr is not None  # PIPEs
         threads = [threading.Thread(target=self._pump, args=(process.stdout, "stdout"), daemon=True),
                    threading.Thread(target=self._pump, args=(process.stderr, "stderr"), daemon=True),
                    threading.Thread(target=self._flusher, daemon=True)]
@@ -369,7 +376,7 @@ class PySparkDriver:
             for thread in threads[:2]:
                 thread.join(timeout=10)
             self._flush()
-            self._log_file.close()
+            log_file.close()
             process.stdout.close()
             process.stderr.close()
         spark_end = self._end_spark_application(cancelled=self.context.is_cancelled())

@@ -86,6 +86,10 @@ class TaskSlotTable:
     def slots_of_job(self, job_id: JobID) -> list[TaskSlot]:
         return [s for s in self._slots if s.job_id == job_id and s.state is not SlotState.FREE]
 
+    def allocations_of_job(self, job_id: JobID) -> list[AllocationID]:
+        """The allocation ids of the job's slots."""
+        return [s.allocation_id for s in self.slots_of_job(job_id) if s.allocation_id is not None]
+
     def jobs(self) -> set[JobID]:
         return {s.job_id for s in self._slots if s.job_id is not None}
 
@@ -106,7 +110,8 @@ class TaskSlotTable:
             slot.tasks.discard(attempt_id)
 
     def offers_for(self, job_id: JobID) -> list[SlotOffer]:
-        return [SlotOffer(s.allocation_id, s.index, s.profile) for s in self.slots_of_job(job_id)]
+        return [SlotOffer(s.allocation_id, s.index, s.profile) for s in self.slots_of_job(job_id)
+                if s.allocation_id is not None]
 
     def report(self) -> SlotReport:
         return SlotReport([SlotStatus(SlotID(self.resource_id, s.index), s.profile,

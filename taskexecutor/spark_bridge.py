@@ -33,8 +33,9 @@ SPARK_CONF_DIR) come first in spark.driver.extraJavaOptions, ours after them, so
 
 Active session. `make_active(session)` makes the session both PySpark's default session
 (what `SparkSession.builder.getOrCreate()` returns from any thread) and the calling
-thread's active one; the provider calls it when it starts the session. (Whole PySpark scripts do not use this session: each runs as its
-own driver process, taskexecutor/pyspark_driver.py.)
+thread's active one; the provider calls it when it starts the session. (Whole PySpark
+scripts do not use this session: each runs as its own driver process,
+taskexecutor/pyspark_driver.py.)
 """
 
 from __future__ import annotations
@@ -209,6 +210,7 @@ class SparkSessionProvider:
         if session is None:
             return
         jvm = session._jvm
+        assert jvm is not None  # a running session has its JVM
         credentials = jvm.org.apache.hadoop.security.Credentials.readTokenStorageFile(
             jvm.java.io.File(str(token_file)), session._jsc.hadoopConfiguration())
         jvm.org.apache.hadoop.security.UserGroupInformation.getCurrentUser().addCredentials(credentials)

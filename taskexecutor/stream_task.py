@@ -27,10 +27,11 @@ from flinkyarn.gateways.task_executor import ConsumedPartition
 from flinkyarn.pipeline.operator import Operator, SourceOperator
 from flinkyarn.pipeline.pyspark_script import PySparkScript
 from flinkyarn.pipeline.task_spec import StreamTaskSpec
+from taskexecutor.environment import TaskEnvironment
 from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
 from taskexecutor.network.input_gate import InputGate, LocalInputChannel, RemoteInputChannel
 from taskexecutor.network.partition import ResultPartition, ResultPartitionID
-from taskexecutor.network.partitioner import make_partitioner
+from taskexecutor.network.partitioner import Partitioner, make_partitioner
 from taskexecutor.pyspark_driver import PySparkDriver
 from taskexecutor.task import TaskCancelled, TaskContext
 
@@ -47,17 +48,17 @@ class OperatorError(Exception):
 class StreamOperatorContext:
     """The OperatorContext of flinkyarn/pipeline/operator.py, for one subtask."""
 
-    def __init__(self, task: TaskContext, tmp_dir: str) -> None:
+    def __init__(self, task: TaskContext, environment: TaskEnvironment, tmp_dir: str) -> None:
         self._task = task
         self.subtask_index = task.subtask_index
         self.parallelism = task.parallelism
         self.attempt_number = task.attempt_number
         self.job_id = task.job_id
         self.task_name = task.task_name
-        self.batch_size = task.environment.network.batch_size
+        self.batch_size = environment.network.batch_size
         self.tmp_dir = tmp_dir
         self.attempt_id = task.deployment.attempt_id
-        self.environment = task.environment
+        self.environment = environment
 
     def is_cancelled(self) -> bool:
         return self._task.is_cancelled()
@@ -69,7 +70,7 @@ class StreamOperatorContext:
         self._task.report_output(chunks, spark_application, spark_tracking_url)
 
     def spark(self):
-        return self._task.environment.spark.get()
+        return self.environment.spark.get()
 
 
 def _call(operator: Operator, what: str, *args) -> list[pa.RecordBatch]:
@@ -114,12 +115,15 @@ class StreamTask:
     def __init__(self, spec: StreamTaskSpec, task: TaskContext) -> None:
         if not spec.operators:
             raise ValueError("a stream task needs at least one operator")
+        if task.environment is None:
+            raise ValueError(f"{task.task_name}: a stream task runs only in a TaskExecutor")
         self.spec = spec
         self.task = task
         self.env = task.environment
         self.operators = list(spec.operators)
         self.partitions: list[ResultPartition] = []
-        self._routes = []  # (partition, partitioner) per output, in spec order
+        # (partition, partitioner) per output, in spec order
+        self._routes: list[tuple[ResultPartition, Partitioner]] = []
         self.gate: InputGate | None = None
         self._channel_input: list[int] = []  # channel index -> input index of the head
 
@@ -164,10 +168,13 @@ class StreamTask:
         partition_id = ResultPartitionID(self.task.job_id, consumed.result_id,
                                          consumed.producer_subtask_index)
         timeout = self.env.network.partition_request_timeout
+        locate = self.task.locate
+        if locate is None:
+            raise ValueError(f"{self.task.task_name}: no way to locate its inputs")
 
         def ready() -> PartitionLocation | None:
             self.task.check_cancelled()
-            location = self.task.locate(consumed.result_id, consumed.producer_subtask_index)
+            location = locate(consumed.result_id, consumed.producer_subtask_index)
             if location.state is PartitionLocationState.FAILED:
                 raise PartitionFailed(f"{partition_id}: {location.error}", partition_id)
             return location if location.state is PartitionLocationState.READY else None
@@ -221,7 +228,7 @@ class StreamTask:
         tmp_root.mkdir(parents=True, exist_ok=True)
         tmp_dir = Path(tempfile.mkdtemp(prefix=f"task-{self.task.deployment.attempt_id[:8]}-",
                                         dir=tmp_root))
-        context = StreamOperatorContext(self.task, str(tmp_dir / "scratch"))
+        context = StreamOperatorContext(self.task, self.env, str(tmp_dir / "scratch"))
         Path(context.tmp_dir).mkdir()
         opened: list[Operator] = []
         try:

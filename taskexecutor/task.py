@@ -21,7 +21,7 @@ import cloudpickle
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.job_master import FailureKind, OutputChunk, PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
-from flinkyarn.ids import IntermediateResultPartitionID
+from flinkyarn.ids import IntermediateDataSetID, IntermediateResultPartitionID
 from flinkyarn.pipeline.task_spec import StreamTaskSpec
 from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
 
@@ -69,7 +69,8 @@ class TaskFailure:
             if isinstance(link, _LOST_INPUT):
                 pid = link.partition_id
                 lost = () if pid is None else (
-                    IntermediateResultPartitionID(pid.result_id, pid.partition_number),)
+                    IntermediateResultPartitionID(IntermediateDataSetID(pid.result_id),
+                                                  pid.partition_number),)
                 return cls(cause, FailureKind.PARTITION, lost)
             link = link.__cause__
         return cls(cause)
@@ -83,7 +84,7 @@ class TaskContext:
 
     def __init__(self, deployment: TaskDeploymentDescriptor, cancelled: threading.Event,
                  environment: "TaskEnvironment | None" = None,
-                 locate: Callable[[str, int], PartitionLocation] | None = None,
+                 locate: Callable[[IntermediateDataSetID, int], PartitionLocation] | None = None,
                  report_output: Callable[[list[OutputChunk], str | None, str | None], None]
                  | None = None) -> None:
         self.deployment = deployment
@@ -137,7 +138,8 @@ class TaskContext:
             raise TaskCancelled()
 
 
-def _invoke(invokable: object, context: TaskContext) -> None:
+def _invoke(invokable: StreamTaskSpec | Callable[[TaskContext], object],
+            context: TaskContext) -> None:
     """Runs an unpickled invokable in the calling task thread, to its end."""
     if isinstance(invokable, StreamTaskSpec):
         # Imported here: stream_task imports this module (TaskContext, TaskCancelled).
@@ -151,7 +153,7 @@ class Task:
     def __init__(self, deployment: TaskDeploymentDescriptor,
                  report: Callable[["Task", TaskState, TaskFailure | None], None],
                  environment: "TaskEnvironment | None" = None,
-                 locate: Callable[[str, int], PartitionLocation] | None = None,
+                 locate: Callable[[IntermediateDataSetID, int], PartitionLocation] | None = None,
                  report_output: Callable[[list[OutputChunk], str | None, str | None], None]
                  | None = None) -> None:
         self.deployment = deployment
@@ -181,7 +183,8 @@ class Task:
 
     def where(self, frames: int = 8) -> str:
         """The innermost frames of the task's thread: where it is now."""
-        frame = sys._current_frames().get(self._thread.ident)
+        ident = self._thread.ident
+        frame = sys._current_frames().get(ident) if ident is not None else None
         return "".join(traceback.format_stack(frame)[-frames:]) if frame else "(not running)"
 
     def _run(self) -> None:

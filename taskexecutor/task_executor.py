@@ -24,9 +24,10 @@ import asyncio
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from flinkyarn import kerberos, options, retry
-from flinkyarn.clock import Clock, SystemClock
+from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGateway,
@@ -37,21 +38,22 @@ from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGatew
                                            job_master_endpoint)
 from flinkyarn.gateways.resource_manager import (DisconnectTaskExecutor, NotifySlotAvailable,
                                                  RegisterTaskExecutor,
-                                                 RequestApplicationTokens, ResourceManagerGateway)
+                                                 RequestApplicationTokens, ResourceManagerGateway,
+                                                 TaskExecutorRegistration)
 from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot, CancelTask,
                                               DisconnectJobManager, DisconnectResourceManager,
                                               FreeSlot, JobHeartbeatRequest, ReleasePartitions,
                                               SubmitTask, TaskExecutorGateway,
                                               UpdateDelegationTokens)
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID, JobID, JobMasterId,
-                           ResourceID, ResourceManagerId, SlotID)
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID, IntermediateDataSetID,
+                           JobID, JobMasterId, ResourceID, ResourceManagerId, SlotID)
 from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import RpcError
-from flinkyarn.rpc.service import RpcService
+from flinkyarn.rpc.service import RpcService, with_timeout
 from flinkyarn.slots import SlotReport
 from taskexecutor.environment import TaskEnvironment
 from taskexecutor.slot_table import SlotTaken, TaskSlotTable
@@ -125,13 +127,15 @@ def task_execution_state(job_master_id: JobMasterId, attempt_id: ExecutionAttemp
 class TaskExecutor(RpcEndpoint):
     def __init__(self, rpc: RpcService, resource_id: ResourceID, resource_manager_address: str,
                  config: TaskExecutorConfig, environment: TaskEnvironment | None = None,
-                 clock: Clock | None = None) -> None:
-        super().__init__(rpc, "taskexecutor", TaskExecutorGateway)
+                 clock: Clock | None = None, task_factory: Callable[..., Task] = Task) -> None:
+        """`task_factory` makes each submitted task, with Task's arguments (tests pass
+        one whose tasks run on the loop as the test says, without a thread)."""
+        super().__init__(rpc, "taskexecutor", TaskExecutorGateway, clock)
         self.resource_id = resource_id
         self.config = config
         self.environment = environment
+        self._task_factory = task_factory
         self.data_address = environment.data_address if environment else ""
-        self._clock = clock or SystemClock()
         self._rm: ResourceManagerGateway = rpc.connect(
             resource_manager_address, "resourcemanager", ResourceManagerGateway)
         self.slot_table = TaskSlotTable(resource_id, config.num_slots, config.slot_profile)
@@ -152,6 +156,9 @@ class TaskExecutor(RpcEndpoint):
         self._jm_heartbeats: HeartbeatManager = HeartbeatManager(
             resource_id, timeout, self._clock, on_timeout=self._job_manager_timed_out)
         self.registered = asyncio.Event()
+        # Set while no registration attempt waits for its answer (see allocate_slot).
+        self._registration_answered = asyncio.Event()
+        self._registration_answered.set()
         self._cancellations: set[str] = set()  # attempts whose stop is being watched
         self.fatal_error: str | None = None  # why this TaskExecutor failed and exits
 
@@ -182,24 +189,34 @@ class TaskExecutor(RpcEndpoint):
         policy = self.config.registration
         attempts = registration_retry.RegistrationAttempts(policy)
 
-        def register():
-            return self._rm.register_task_executor(RegisterTaskExecutor(
-                self.resource_id, self.rpc.address, self.slot_table.report(), self.config.total,
-                worker_id=self.resource_id, data_address=self.data_address),
-                timeout=attempts.timeout)
+        async def register() -> TaskExecutorRegistration:
+            answered = self._registration_answered = asyncio.Event()
+            try:
+                rm = with_timeout(self._rm, attempts.timeout)
+                registration = await rm.register_task_executor(RegisterTaskExecutor(
+                    self.resource_id, self.rpc.address, self.slot_table.report(),
+                    self.config.total, worker_id=self.resource_id,
+                    data_address=self.data_address))
+                self._connected_to_resource_manager(registration)
+                return registration
+            finally:
+                answered.set()
 
         def retrying(attempt: int, error: BaseException, pause: float) -> None:
             log.info("registration attempt %d failed (%s); retrying in %g s", attempt, error, pause)
 
         try:
-            registration = await retry.retry_async(
+            await retry.retry_async(
                 register, retry_on=RpcError, pauses=attempts.pause_after,
-                deadline=retry.Deadline(policy.timeout, self._clock), on_retry=retrying)
+                deadline=retry.Deadline(policy.timeout, self._clock), on_retry=retrying,
+                sleep=self._clock.sleep)
         except retry.GaveUp as gave_up:
             raise RegistrationTimeout(
                 f"TaskExecutor {self.resource_id} could not register at the "
                 f"ResourceManager within {policy.timeout:g} s "
                 f"({gave_up.attempts} attempts; last: {gave_up.last_error})") from None
+
+    def _connected_to_resource_manager(self, registration: TaskExecutorRegistration) -> None:
         if registration.delegation_tokens:
             self._install_delegation_tokens(registration.delegation_tokens)
         self.rm_connection = ResourceManagerConnection(
@@ -260,13 +277,19 @@ class TaskExecutor(RpcEndpoint):
             connection = self.rm_connection
             if connection is None:
                 raise RpcError("this TaskExecutor is not registered at a ResourceManager")
-            answer = await self._rm.request_application_tokens(
-                RequestApplicationTokens(connection.resource_manager_id, self.resource_id, purpose),
-                timeout=APPLICATION_TOKENS_TIMEOUT)
+            rm = with_timeout(self._rm, APPLICATION_TOKENS_TIMEOUT)
+            answer = await rm.request_application_tokens(
+                RequestApplicationTokens(connection.resource_manager_id, self.resource_id, purpose))
             return answer.tokens
         return asyncio.run_coroutine_threadsafe(ask(), loop).result()
 
     async def allocate_slot(self, request: AllocateSlot) -> Ack:
+        # The ResourceManager allocates this TaskExecutor's slots as soon as it has
+        # registered them, so its call may overtake the registration's answer (Flink's
+        # slot report follows the registration in a call of its own, which rules this
+        # out). Refused as stale, the allocation would leave the slot unknown until the
+        # next heartbeat and send the request to a new worker: it waits for the answer.
+        await self._registration_answered.wait()
         current = self.rm_connection.resource_manager_id if self.rm_connection else None
         check_fencing(current, request.resource_manager_id, "ResourceManager id")
         if request.slot_id.resource_id != self.resource_id:
@@ -299,7 +322,8 @@ class TaskExecutor(RpcEndpoint):
 
     async def _connect_to_job_master(self, job_id: JobID, address: str) -> None:
         """Registers at a JobMaster this TaskExecutor has not seen yet, then offers."""
-        gateway = self.rpc.connect(address, job_master_endpoint(job_id), JobMasterGateway)
+        gateway: JobMasterGateway = self.rpc.connect(address, job_master_endpoint(job_id),
+                                                     JobMasterGateway)
         try:
             registration = await retry.retry_async(
                 lambda: gateway.register_task_manager(RegisterTaskManager(
@@ -307,7 +331,8 @@ class TaskExecutor(RpcEndpoint):
                 retry_on=RpcError,
                 pauses=registration_retry.attempt_timeouts(self.config.registration),
                 deadline=retry.Deadline(self.config.heartbeat.timeout, self._clock),
-                give_up=lambda _error: not self.slot_table.slots_of_job(job_id))
+                give_up=lambda _error: not self.slot_table.slots_of_job(job_id),
+                sleep=self._clock.sleep)
         except retry.GaveUp as gave_up:
             log.warning("giving up on the JobMaster of job %s: %s", job_id, gave_up.last_error)
             await self._free_job_slots(job_id, f"JobMaster unreachable: {gave_up.last_error}")
@@ -341,8 +366,8 @@ class TaskExecutor(RpcEndpoint):
 
     async def heartbeat_from_job_master(self, request: JobHeartbeatRequest) -> AllocatedSlotReport:
         self._jm_heartbeats.answer_request(ResourceID(request.sender), None)
-        return AllocatedSlotReport(request.job_id, [
-            s.allocation_id for s in self.slot_table.slots_of_job(request.job_id)])
+        return AllocatedSlotReport(request.job_id,
+                                   self.slot_table.allocations_of_job(request.job_id))
 
     def _job_manager_timed_out(self, resource_id: ResourceID) -> None:
         for job_id, connection in list(self.job_connections.items()):
@@ -384,8 +409,8 @@ class TaskExecutor(RpcEndpoint):
             self.environment.partition_manager.release_job(job_id)
 
     async def _free_job_slots(self, job_id: JobID, cause: str) -> None:
-        for slot in self.slot_table.slots_of_job(job_id):
-            await self._free_slot(slot.allocation_id, cause)
+        for allocation_id in self.slot_table.allocations_of_job(job_id):
+            await self._free_slot(allocation_id, cause)
 
     # ----------------------------------------------------------------------- slots
 
@@ -394,6 +419,7 @@ class TaskExecutor(RpcEndpoint):
         if slot is None:
             return ACK  # already free: idempotent
         job_id = slot.job_id
+        assert job_id is not None  # an allocated slot's
         connection = self.job_connections.get(job_id)
         check_fencing(connection.job_master_id if connection else None, request.job_master_id,
                       "JobMaster id")
@@ -426,11 +452,12 @@ class TaskExecutor(RpcEndpoint):
         connection = self.job_connections.get(deployment.job_id)
         check_fencing(connection.job_master_id if connection else None, request.job_master_id,
                       "JobMaster id")
+        assert connection is not None  # check_fencing refuses a call without one
         if deployment.attempt_id in self.tasks:
             return ACK
         self.slot_table.add_task(deployment.job_id, deployment.allocation_id, deployment.attempt_id)
         loop = asyncio.get_running_loop()
-        task = Task(deployment, lambda t, state, failure: loop.call_soon_threadsafe(
+        task = self._task_factory(deployment, lambda t, state, failure: loop.call_soon_threadsafe(
             self._task_state_changed, t, state, failure), self.environment,
             self._partition_locator(connection, loop),
             self._output_reporter(connection, loop, deployment.attempt_id))
@@ -501,7 +528,7 @@ class TaskExecutor(RpcEndpoint):
         if (rm := self.rm_connection) is not None:
             calls.append(self._rm.disconnect_task_executor(DisconnectTaskExecutor(
                 rm.resource_manager_id, rm.instance_id, self.resource_id, cause)))
-        results = await asyncio.gather(*(asyncio.wait_for(call, 5.0) for call in calls),
+        results = await asyncio.gather(*(self._clock.wait_for(call, 5.0) for call in calls),
                                        return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
@@ -511,14 +538,14 @@ class TaskExecutor(RpcEndpoint):
     def _partition_locator(self, connection: JobManagerConnection,
                            loop: asyncio.AbstractEventLoop):
         """For task threads: asks the job's JobMaster where a producer partition is."""
-        def locate(result_id: str, partition_number: int) -> PartitionLocation:
+        def locate(result_id: IntermediateDataSetID, partition_number: int) -> PartitionLocation:
             call = connection.gateway.request_partition_location(RequestPartitionLocation(
                 connection.job_master_id, result_id, partition_number))
             return asyncio.run_coroutine_threadsafe(call, loop).result()
         return locate
 
     def _output_reporter(self, connection: JobManagerConnection,
-                         loop: asyncio.AbstractEventLoop, attempt_id: str):
+                         loop: asyncio.AbstractEventLoop, attempt_id: ExecutionAttemptID):
         """For task threads: sends what a task printed to the job's JobMaster."""
         def report(chunks: list[OutputChunk], spark_application: str | None,
                    spark_tracking_url: str | None) -> None:
@@ -552,7 +579,7 @@ class TaskExecutor(RpcEndpoint):
             self._updates_in_flight[attempt_id] = update
 
     async def _send_task_update(self, previous: asyncio.Task | None, job_id: JobID,
-                                attempt_id: str, state: TaskState,
+                                attempt_id: ExecutionAttemptID, state: TaskState,
                                 failure: TaskFailure | None) -> None:
         if previous is not None:
             await previous
@@ -565,3 +592,9 @@ class TaskExecutor(RpcEndpoint):
         except RpcError as error:
             log.warning("could not report %s of %s to its JobMaster: %s", state.value,
                         attempt_id, error)
+
+
+def _conforms_to_gateway(endpoint: TaskExecutor) -> TaskExecutorGateway:
+    """Never called: the type checker (integration/run-tests) checks here that the
+    TaskExecutor has every method of its gateway, with compatible types."""
+    return endpoint

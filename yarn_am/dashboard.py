@@ -38,7 +38,7 @@ import html
 import logging
 import secrets
 import time
-from typing import Callable
+from typing import Callable, cast
 
 import msgspec
 from aiohttp import web
@@ -84,6 +84,7 @@ class Dashboard:
         "http://127.0.0.1:8081/SECRET/")."""
         self._runner = web.AppRunner(self._app, access_log=None)
         await self._runner.setup()
+        assert self._runner.server is not None  # made by setup()
         connections = _Connections(self._runner.server, self._max_connections, self._timeout)
         self._server = await asyncio.get_running_loop().create_server(
             connections.protocol, self._host, self._port)
@@ -148,7 +149,8 @@ class _Guarded(asyncio.Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # a TCP server's
         connections = self._connections
         if connections.live >= connections._most:
             connections._refused += 1
@@ -161,7 +163,8 @@ class _Guarded(asyncio.Protocol):
         self._transport = transport
         self._inner = connections._factory()
         self._answered()
-        self._inner.connection_made(_Answering(transport, self._answered))
+        # _Answering passes everything else through to the transport.
+        self._inner.connection_made(cast(asyncio.Transport, _Answering(transport, self._answered)))
 
     def _answered(self) -> None:
         if self._deadline is not None:
@@ -228,7 +231,7 @@ def render_page(overview: DashboardOverview, title: str, mode: str | None, now: 
 
 
 def _main(overview: DashboardOverview, now: float) -> str:
-    names = {job.job_id: job.name for job in overview.jobs}
+    names: dict[str, str] = {job.job_id: job.name for job in overview.jobs}
     jobs = "".join(_job_rows(job, now) for job in overview.jobs) or \
         '<tr><td colspan="6" class="none">No jobs yet.</td></tr>'
     executors = "".join(_executor_row(te, names) for te in overview.task_executors) or \
@@ -259,7 +262,8 @@ def _job_rows(job: JobDetails, now: float) -> str:
     if job.restarts:
         root = (job.root_cause or "").strip().splitlines()[:1]
         restarts = "".join(
-            f"<li>#{r.number} after {_e(r.failed_task)} failed: {_e(r.cause.strip().splitlines()[0] if r.cause.strip() else '')}"
+            f"<li>#{r.number} after {_e(r.failed_task)} failed: "
+            f"{_e(r.cause.strip().splitlines()[0] if r.cause.strip() else '')}"
             f" &mdash; restarted {len(r.restarted)} task(s): {_e(', '.join(r.restarted))}</li>"
             for r in job.restart_history)
         cause += (f'<details class="cause" id="restarts-{_e(job.job_id)}"><summary>'

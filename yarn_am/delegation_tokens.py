@@ -88,6 +88,8 @@ class DelegationTokenManager:
             return
         if not self.renewing:
             await asyncio.sleep(delay)
+            # start() returned a delay: it said when the tokens expire.
+            assert self.status is not None and self.status.expires is not None
             expired = self.status.expires
             message = (f"the delegation tokens of this application expired at {_when(expired)}: "
                        f"it can no longer read or write HDFS; stop it and start a new one, "

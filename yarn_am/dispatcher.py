@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from flinkyarn import options, retry
+from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways import ACK, Ack
@@ -63,8 +64,10 @@ class JobRecord:
 class Dispatcher(RpcEndpoint):
     def __init__(self, rpc: RpcService, resource_manager: ResourceManager,
                  conf: Configuration,
-                 token_status: Callable[[], TokenStatus | None] = lambda: None) -> None:
-        super().__init__(rpc, "dispatcher", DispatcherGateway)
+                 token_status: Callable[[], TokenStatus | None] = lambda: None,
+                 clock: Clock | None = None) -> None:
+        """`clock`: what the Dispatcher and the JobMasters it starts follow."""
+        super().__init__(rpc, "dispatcher", DispatcherGateway, clock)
         self._resource_manager = resource_manager
         self._conf = conf
         self._token_status = token_status
@@ -94,7 +97,7 @@ class Dispatcher(RpcEndpoint):
         # From the graph first: a job far too wide is refused before it costs memory.
         self._check_capacity(graph, slots_at_once_from(graph), capacity, bound)
         job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
-                               on_terminated=self._job_terminated)
+                               on_terminated=self._job_terminated, clock=self._clock)
         self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
         if graph.job_id in self.jobs:  # submitted again while we asked
             raise ValueError(f"job {graph.job_id} was already submitted")
@@ -132,7 +135,7 @@ class Dispatcher(RpcEndpoint):
     def _job_master_failed(self, job_master: JobMaster, error: Exception) -> str:
         """Records the FAILED result of the job whose JobMaster raised `error`; returns
         the failure cause (the error's type, message and where it was raised)."""
-        origin = error
+        origin: BaseException = error
         # A task group wraps what its tasks raised; the first one is what went wrong.
         while isinstance(origin, BaseExceptionGroup) and origin.exceptions:
             origin = origin.exceptions[0]
@@ -177,6 +180,7 @@ class Dispatcher(RpcEndpoint):
         """Returns once the job has ended (at once if it has)."""
         record = self._record(job_id)
         await record.ended.wait()
+        assert record.result is not None  # set before `ended`
         return record.result
 
     def _record(self, job_id: JobID) -> JobRecord:
@@ -199,6 +203,7 @@ class Dispatcher(RpcEndpoint):
             r = record.result
             return JobOverview(r.job_id, r.name, r.status.value, r.start_time, r.end_time)
         jm = record.job_master
+        assert jm is not None  # a job without its result still has its JobMaster
         return JobOverview(jm.job_id, jm.job_graph.name, jm.status.value, jm.start_time, None)
 
     async def job_details(self, request: JobQuery) -> JobDetails:
@@ -229,7 +234,9 @@ class Dispatcher(RpcEndpoint):
 
     def _details(self, record: JobRecord) -> JobDetails:
         overview = self._overview(record)
-        scheduler = record.job_master.scheduler
+        job_master = record.job_master
+        assert job_master is not None  # dropped only once the final details are made
+        scheduler = job_master.scheduler
         vertices = [VertexDetails(v.vertex_id, v.name, v.parallelism, v.state.value,
                                   {s.value: n for s, n in v.state_counts.items() if n})
                     for v in scheduler.vertex_summaries()]
@@ -240,11 +247,11 @@ class Dispatcher(RpcEndpoint):
         history = [RestartView(r.number, r.at + offset, r.cause, r.failed_task,
                                [graph.vertex(evid).task_name for evid in r.restarted])
                    for r in scheduler.restart_records()]
-        spark_id, spark_url = record.job_master.spark_application or (None, None)
+        spark_id, spark_url = job_master.spark_application or (None, None)
         return JobDetails(overview.job_id, overview.name, overview.status, overview.start_time,
                           overview.end_time, cause, vertices, scheduler.restarts,
                           record.root_cause or scheduler.root_cause, history,
-                          record.job_master.config.restart_strategy.attempt_limit,
+                          job_master.config.restart_strategy.attempt_limit,
                           spark_id, spark_url, record.output.tail())
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
@@ -252,3 +259,9 @@ class Dispatcher(RpcEndpoint):
                                       [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots])
                      for record, slots in self._resource_manager.task_executor_overview()]
         return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs, self._token_status())
+
+
+def _conforms_to_gateway(endpoint: Dispatcher) -> DispatcherGateway:
+    """Never called: the type checker (integration/run-tests) checks here that the
+    Dispatcher has every method of its gateway, with compatible types."""
+    return endpoint

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from flinkyarn.gateways import ACK
 from flinkyarn.gateways.dispatcher import JobOutputQuery, JobQuery, SubmitJob
+from flinkyarn.ids import JobID
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.errors import MalformedMessage
 from flinkyarn.rpc.security import CLIENT, ClusterSecurity, role_of
@@ -84,7 +85,7 @@ class RestServer:
         site = web.TCPSite(self._runner, self._host, self._port,
                            ssl_context=self._security.server_ssl_context())
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        port = self._runner.addresses[0][1]
         self.address = f"https://{self._host}:{port}"
         return self.address
 
@@ -122,17 +123,18 @@ class RestServer:
         return _json(await self._dispatcher.submit_job(submission), 202)
 
     async def job_details(self, request: web.Request) -> web.Response:
-        return _json(await self._dispatcher.job_details(JobQuery(request.match_info["job_id"])))
+        return _json(await self._dispatcher.job_details(
+            JobQuery(JobID(request.match_info["job_id"]))))
 
     async def job_output(self, request: web.Request) -> web.Response:
         after = request.query.get("after", "0")
         if not after.isdigit():
             raise ValueError(f"after must be a number of 0 or more, not {after!r}")
         return _json(await self._dispatcher.job_output(
-            JobOutputQuery(request.match_info["job_id"], int(after))))
+            JobOutputQuery(JobID(request.match_info["job_id"]), int(after))))
 
     async def cancel_job(self, request: web.Request) -> web.Response:
-        await self._dispatcher.cancel_job(JobQuery(request.match_info["job_id"]))
+        await self._dispatcher.cancel_job(JobQuery(JobID(request.match_info["job_id"])))
         return _json({"job_id": request.match_info["job_id"], "cancelling": True}, 202)
 
     async def shutdown_cluster(self, request: web.Request) -> web.Response:

@@ -28,12 +28,14 @@ import skein
 from flinkyarn.configuration import Configuration, parse_dynamic_properties
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.dispatcher import SubmitJob, TokenStatus
+from flinkyarn.ids import JobID
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.kerberos import TOKEN_STATUS_KEY
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.scratch import ProcessScratch, process_scratch
 from yarn_am.appmaster import AppMaster, appmaster_security
 from yarn_am.delegation_tokens import DelegationTokenManager
+from yarn_am.dispatcher import Dispatcher
 from yarn_am.resourcemanager.yarn_driver import YarnDriver
 
 log = logging.getLogger("yarn_am")
@@ -76,10 +78,10 @@ def supervise(coroutine: Coroutine[Any, Any, None], what: str,
     return task
 
 
-async def _report_progress(app, appmaster: AppMaster, job_id: str) -> None:
+async def _report_progress(app, dispatcher: Dispatcher, job_id: JobID) -> None:
     """YARN's progress bar: the fraction of the job's subtasks that finished."""
     while True:
-        details = await appmaster.dispatcher.job_details_of(job_id)
+        details = await dispatcher.job_details_of(job_id)
         total = sum(v.parallelism for v in details.vertices) or 1
         done = sum(v.state_counts.get("FINISHED", 0) for v in details.vertices)
         await asyncio.to_thread(app.set_progress, max(0.01, min(0.99, done / total)))
@@ -90,22 +92,24 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
                    on_fatal: Callable[[str], None]) -> None:
     """Per-job mode: submit, wait for the end, record the outcome, shut down. Run under
     `supervise`; its progress reports are supervised the same way (`on_fatal`)."""
+    dispatcher = appmaster.dispatcher
+    assert dispatcher is not None  # it runs once the AppMaster serves
     try:
-        await appmaster.dispatcher.submit_job(SubmitJob(graph))
+        await dispatcher.submit_job(SubmitJob(graph))
     except ValueError as error:
         outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
         appmaster.shutdown()
         return
-    progress = supervise(_report_progress(app, appmaster, graph.job_id),
+    progress = supervise(_report_progress(app, dispatcher, graph.job_id),
                          "reporting the job's progress", on_fatal)
     try:
-        result = await appmaster.dispatcher.wait_for_result(graph.job_id)
+        result = await dispatcher.wait_for_result(graph.job_id)
     finally:
         progress.cancel()
     if outcome.fatal:  # the application ended for a reason above the job's
         return
     # An attached client reads the job's last output before the application ends.
-    await appmaster.dispatcher.output_read(graph.job_id, timeout=10.0)
+    await dispatcher.output_read(graph.job_id, timeout=10.0)
     outcome.status = FINAL_STATUS[result.status.value]
     outcome.diagnostics = f"job {graph.name!r} ({graph.job_id}) {result.status.value}"
     if result.failure_cause:
@@ -124,7 +128,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
     def on_fatal(diagnostic: str) -> None:
         log.error("ending the application: %s", diagnostic)
         outcome.fail(diagnostic)
-        appmaster.shutdown()
+        if appmaster is not None:
+            appmaster.shutdown()
 
     # Its own certificate, for $NM_HOST (jobmanager.rpc.address), in its own folder.
     security = appmaster_security(conf, ClusterSecurity.load(Path(args.security_dir)),
@@ -137,6 +142,7 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:
+        assert am.info is not None  # set before on_ready
         # The dashboard's own URL (loopback, secret path) stays here: skein's web UI, in
         # this container, proxies it for YARN's proxy; clients get the proxied address.
         page = await asyncio.to_thread(app.ui.add_page, "flinkyarn", am.info.dashboard_url,

@@ -309,6 +309,7 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             click.echo(f"error: {error}", err=True)
             sys.exit(1)
         job_graph = pyspark_job_graph(program, args, settings)
+    executor: LocalTargetExecutor | PerJobExecutor | SessionExecutor
     try:
         if target == "local":
             executor = LocalTargetExecutor(conf)

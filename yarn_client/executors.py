@@ -135,4 +135,5 @@ class StandaloneLocalExecutor:
 
         outputs.check(graph.outputs)  # OutputExistsError before a cluster is started
         with LocalCluster(Configuration.load()) as cluster:
+            assert cluster.rest is not None  # started by `with`
             return ClusterExecutor(cluster.rest).execute(graph)

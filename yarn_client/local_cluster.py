@@ -78,7 +78,7 @@ class LocalCluster:
         environment[TMPDIR_ENV] = str(self.scratch_dir)
         try:
             with open(self.log_file, "ab") as log:
-                self.process = subprocess.Popen(
+                process = self.process = subprocess.Popen(
                     command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, env=environment, pass_fds=(watched,))
         finally:
@@ -86,9 +86,9 @@ class LocalCluster:
         def started() -> bool:
             if info.exists():
                 return True
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 raise ClusterStartError(f"the local AppMaster exited with code "
-                                        f"{self.process.returncode}:\n{self.log_tail()}")
+                                        f"{process.returncode}:\n{self.log_tail()}")
             return False
 
         try:
@@ -119,15 +119,14 @@ class LocalCluster:
         removes the scratch space, or the whole work dir if the cluster made it (neither
         with keep_work_dir). Idempotent; also for a cluster that never started."""
         if self.process is not None:
-            self._stop_processes(timeout)
+            self._stop_processes(self.process, timeout)
         if self._lifeline is not None:
             os.close(self._lifeline)
             self._lifeline = None
         if not self._keep:
             shutil.rmtree(self.work_dir if self._own_dir else self.scratch_dir, ignore_errors=True)
 
-    def _stop_processes(self, timeout: float) -> None:
-        process = self.process
+    def _stop_processes(self, process: subprocess.Popen[bytes], timeout: float) -> None:
         if process.poll() is None and self.rest is not None:
             try:
                 self.rest.shutdown_cluster()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import runpy
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import cloudpickle
@@ -23,7 +24,7 @@ class ProgramAborted(Exception):
 
 
 def run_program(program: Path, args: tuple[str, ...], executor: JobExecutor,
-                python_files: list[Path] = ()) -> None:
+                python_files: Sequence[Path] = ()) -> None:
     """Runs the program as `__main__` with `sys.argv` = [program, *args] and `executor`
     installed; the program's exceptions propagate. `python_files` (--py-files) go on
     its path as on the containers': a folder or archive itself, a .py file's folder."""

@@ -78,20 +78,21 @@ def spark_conf(submit: SparkSubmitOptions, properties: dict[str, str]) -> dict[s
             raise SparkSubmitError(f"--conf {entry!r}: Spark's settings start with 'spark.' "
                                    f"(flinkyarn's own options go with -D)")
         conf[key.strip()] = value
-    for option, key, value in (
+    settings: tuple[tuple[str, str, int | str | None], ...] = (
             ("--num-executors", "spark.executor.instances", submit.num_executors),
             ("--executor-cores", "spark.executor.cores", submit.executor_cores),
             ("--executor-memory", "spark.executor.memory", submit.executor_memory),
             ("--driver-memory", "spark.driver.memory", submit.driver_memory),
             ("--name", "spark.app.name", submit.name),
-            ("--queue", "spark.yarn.queue", submit.queue)):
-        if value is None:
+            ("--queue", "spark.yarn.queue", submit.queue))
+    for option, spark_key, given in settings:
+        if given is None:
             continue
-        if isinstance(value, int) and value < 1:
-            raise SparkSubmitError(f"{option} must be at least 1, not {value}")
-        if option.endswith("memory"):
-            memory_mib(value, option)
-        conf[key] = str(value)
+        if isinstance(given, int) and given < 1:
+            raise SparkSubmitError(f"{option} must be at least 1, not {given}")
+        if option.endswith("memory") and isinstance(given, str):
+            memory_mib(given, option)
+        conf[spark_key] = str(given)
     return conf
 
 

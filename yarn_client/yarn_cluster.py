@@ -458,8 +458,9 @@ def wait_for_end(app_id: str, timeout: float = 120.0) -> dict:
                                 lambda report: report["state"] in TERMINAL,
                                 pauses=retry.Backoff.fixed(0.25), deadline=retry.Deadline(timeout))
     except retry.GaveUp as gave_up:
-        raise YarnDeploymentError(f"{app_id} still {gave_up.last_value['state']} after "
-                                  f"{timeout:g} s") from None
+        report = gave_up.last_value  # the last application report
+        state = report["state"] if isinstance(report, dict) else "not ended"
+        raise YarnDeploymentError(f"{app_id} still {state} after {timeout:g} s") from None
 
 
 def container_logs(app_id: str) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
 from flinkyarn.jobgraph import JobGraph
 from yarn_client import yarn_cluster
+from yarn_client.rest_client import RestClient
 from yarn_client.executors import ClusterExecutor, OutputPrinter, follow, result_of
 from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
@@ -30,7 +31,7 @@ class PerJobExecutor:
         self.out = out
         self.results: list[JobResult] = []
         self.applications: list[str] = []
-        self.rest = None
+        self.rest: RestClient | None = None
 
     def execute(self, graph: JobGraph) -> JobResult:
         start = time.monotonic()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +50,8 @@ from flinkyarn.pipeline.operator import Operator, OperatorContext, SourceOperato
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 _BLOCK_BYTES = 4 * 1024 * 1024
 _FORMAT_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+# What a source reads in one go: its first item is the file, the rest is up to the source.
+Split = tuple[Any, ...]
 
 
 class FileFormatError(ValueError):
@@ -71,7 +73,7 @@ class FileSource(SourceOperator):
 
     format = "file"
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = filesystems.normalize(path)
         self.name = f"Source: {self.format}({self.path})"
 
@@ -89,11 +91,11 @@ class FileSource(SourceOperator):
                 error.add_note(f"while reading {file}")
                 raise
 
-    def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[tuple]:
+    def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[Split]:
         """The splits of the sorted `files`, in order; the first item of each is its file."""
         return [(file,) for file in files]
 
-    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterable[pa.RecordBatch]:
+    def read_split(self, fs: pafs.FileSystem, split: Split) -> Iterable[pa.RecordBatch]:
         raise NotImplementedError
 
 
@@ -103,21 +105,22 @@ class TextSource(FileSource):
     format = "text"
     schema = pa.schema([("line", pa.string())])
 
-    def __init__(self, path: str | os.PathLike, split_bytes: int = DEFAULT_SPLIT_BYTES) -> None:
+    def __init__(self, path: str | os.PathLike[str], split_bytes: int = DEFAULT_SPLIT_BYTES
+                 ) -> None:
         super().__init__(path)
         if split_bytes < 1:
             raise ValueError("split_bytes must be positive")
         self.split_bytes = split_bytes
 
-    def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[tuple]:
-        splits = []
+    def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[Split]:
+        splits: list[Split] = []
         for info in fs.get_file_info(files):
             size = info.size or 0
             for start in range(0, max(size, 1), self.split_bytes):
                 splits.append((info.path, start, min(start + self.split_bytes, size)))
         return splits
 
-    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterator[pa.RecordBatch]:
+    def read_split(self, fs: pafs.FileSystem, split: Split) -> Iterator[pa.RecordBatch]:
         file, start, end = split
         with fs.open_input_file(file) as stream:
             for lines in _lines_starting_in(stream, start, end):
@@ -127,7 +130,7 @@ class TextSource(FileSource):
                 yield pa.record_batch([array], schema=self.schema)
 
 
-def _lines_starting_in(stream, start: int, end: int) -> Iterator[list[bytes]]:
+def _lines_starting_in(stream: pa.NativeFile, start: int, end: int) -> Iterator[list[bytes]]:
     """Lists of the lines (without '\\n') whose first byte is at a position in [start, end).
     Reads the range in blocks, then past `end` only as far as the last line's newline."""
     tail_bytes = min(_BLOCK_BYTES, 64 * 1024)
@@ -186,10 +189,11 @@ class CsvSource(FileSource):
 
     format = "csv"
 
-    def __init__(self, path: str | os.PathLike, schema: pa.Schema | None = None, **csv_options) -> None:
+    def __init__(self, path: str | os.PathLike[str], schema: pa.Schema | None = None,
+                 **csv_options: Any) -> None:
         super().__init__(path)
         self.schema = schema
-        self.csv_options: dict[type, dict] = {cls: {} for cls in _CSV_OPTION_CLASSES}
+        self.csv_options: dict[type, dict[str, Any]] = {cls: {} for cls in _CSV_OPTION_CLASSES}
         for key, value in csv_options.items():
             owner = next((cls for cls in _CSV_OPTION_CLASSES if key in _CSV_OPTION_NAMES[cls]), None)
             if owner is None:
@@ -202,7 +206,7 @@ class CsvSource(FileSource):
             convert.setdefault("column_types", {field.name: field.type for field in schema})
             convert.setdefault("include_columns", schema.names)
 
-    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterator[pa.RecordBatch]:
+    def read_split(self, fs: pafs.FileSystem, split: Split) -> Iterator[pa.RecordBatch]:
         file = split[0]
         if fs.get_file_info(file).size == 0:
             return
@@ -222,11 +226,11 @@ class ParquetSource(FileSource):
 
     format = "parquet"
 
-    def __init__(self, path: str | os.PathLike, columns: list[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], columns: list[str] | None = None) -> None:
         super().__init__(path)
         self.columns = list(columns) if columns is not None else None
 
-    def read_split(self, fs: pafs.FileSystem, split: tuple) -> Iterator[pa.RecordBatch]:
+    def read_split(self, fs: pafs.FileSystem, split: Split) -> Iterator[pa.RecordBatch]:
         with fs.open_input_file(split[0]) as stream:
             parquet = pq.ParquetFile(stream)
             if parquet.metadata.num_rows == 0:
@@ -238,13 +242,24 @@ class ParquetSource(FileSource):
             yield from parquet.iter_batches(batch_size=self.context.batch_size, columns=self.columns)
 
 
+class BatchWriter(Protocol):
+    """What a FileSink writes its part file with."""
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        ...
+
+    def close(self) -> None:
+        """Closes the file."""
+        ...
+
+
 class FileSink(Operator):
     """Base of the file sinks: the part file, its in-progress twin and the commit."""
 
     format = "file"
     suffix = ""
 
-    def __init__(self, path: str | os.PathLike, schema: pa.Schema | None = None,
+    def __init__(self, path: str | os.PathLike[str], schema: pa.Schema | None = None,
                  mode: OutputMode | str = OutputMode.NO_OVERWRITE) -> None:
         """ValueError for an unknown `mode`, or "overwrite" of a filesystem's root."""
         self.path = filesystems.normalize(path)
@@ -254,7 +269,7 @@ class FileSink(Operator):
         self.staging = (outputs.staging_folder(self.path)
                         if self.mode is OutputMode.OVERWRITE else None)
         self.name = f"Sink: {self.format}({self.path})"
-        self._writer = None
+        self._writer: BatchWriter | None = None
         self._pending = False
 
     def file_output(self) -> FileOutput:
@@ -272,17 +287,18 @@ class FileSink(Operator):
         self._pending = False  # an in-progress file exists and was not renamed
 
     def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
-        if self._writer is None:
+        writer = self._writer
+        if writer is None:
             if self.schema is None:
                 self.schema = batch.schema
-            self._start_file()
+            writer = self._start_file()
         if not batch.schema.equals(self.schema):
             try:
                 batch = batch.cast(self.schema)
             except (*_FORMAT_ERRORS, ValueError) as error:
                 raise TypeError(f"{self.name}: a batch with schema {batch.schema} does not match "
                                 f"the file's schema {self.schema}: {error}") from error
-        self._writer.write_batch(batch)
+        writer.write_batch(batch)
         return ()
 
     def finish(self) -> Iterable[pa.RecordBatch]:
@@ -307,12 +323,13 @@ class FileSink(Operator):
                 if self._fs.get_file_info(self._in_progress).type != pafs.FileType.NotFound:
                     self._fs.delete_file(self._in_progress)
 
-    def _start_file(self) -> None:
+    def _start_file(self) -> BatchWriter:
         self._pending = True
         self._writer = self.open_writer(self._fs, self._in_progress, self.schema)
+        return self._writer
 
-    def open_writer(self, fs: pafs.FileSystem, path: str, schema: pa.Schema):
-        """A writer with `write_batch(batch)` and `close()` (which closes the file)."""
+    def open_writer(self, fs: pafs.FileSystem, path: str, schema: pa.Schema) -> BatchWriter:
+        """A writer of a new file at `path`."""
         raise NotImplementedError
 
 
@@ -320,8 +337,9 @@ class ParquetSink(FileSink):
     format = "parquet"
     suffix = ".parquet"
 
-    def open_writer(self, fs, path, schema):
-        return pq.ParquetWriter(path, schema, filesystem=fs)
+    def open_writer(self, fs: pafs.FileSystem, path: str, schema: pa.Schema) -> BatchWriter:
+        writer: BatchWriter = pq.ParquetWriter(path, schema, filesystem=fs)
+        return writer
 
 
 class CsvSink(FileSink):
@@ -330,12 +348,12 @@ class CsvSink(FileSink):
     format = "csv"
     suffix = ".csv"
 
-    def open_writer(self, fs, path, schema):
+    def open_writer(self, fs: pafs.FileSystem, path: str, schema: pa.Schema) -> BatchWriter:
         return _ClosingCsvWriter(fs.open_output_stream(path, compression=None), schema)
 
 
 class _ClosingCsvWriter:
-    def __init__(self, stream, schema: pa.Schema) -> None:
+    def __init__(self, stream: pa.NativeFile, schema: pa.Schema) -> None:
         self._stream = stream
         self._writer = pacsv.CSVWriter(stream, schema)
 

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 from flinkyarn import hadoop
 
 
-def normalize(path: str | os.PathLike) -> str:
+def normalize(path: str | os.PathLike[str]) -> str:
     """`path` made independent of the current folder: a local path becomes absolute
     (operators are made on the client and run elsewhere); a URL stays as it is."""
     text = os.fspath(path)
@@ -30,7 +30,7 @@ def normalize(path: str | os.PathLike) -> str:
     return os.path.abspath(os.path.expanduser(text))
 
 
-def resolve(path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
+def resolve(path: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path within it) for a local path or a `file://` / `hdfs://` URL."""
     text = os.fspath(path)
     if "://" not in text:

@@ -76,6 +76,8 @@ def commit(output: FileOutput) -> str:
     docstring); returns what it did, for the log. On an error the target holds either
     its old content or, if even moving that back failed, nothing (the error's note
     says where the old content is); the staging folder is left for `discard`."""
+    if output.staging is None:
+        raise ValueError(f"output {output.path} has no staging folder to commit")
     fs, target = filesystems.resolve(output.path)
     _, staging = filesystems.resolve(output.staging)
     # Every subtask creates it when it starts: missing only if no sink subtask ran.
@@ -106,6 +108,8 @@ def commit(output: FileOutput) -> str:
 
 def discard(output: FileOutput) -> None:
     """Deletes an OVERWRITE output's staging folder, if there is one."""
+    if output.staging is None:
+        return
     fs, staging = filesystems.resolve(output.staging)
     filesystems.delete(fs, staging)
 

@@ -8,6 +8,7 @@ methods a gateway grants them with `@callable_by`; the RpcService refuses the re
 """
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 
@@ -15,12 +16,15 @@ from flinkyarn.rpc.security import APPMASTER
 
 ALL_METHODS = "*"
 
+P = TypeVar("P", bound=type)
 
-def callable_by(**roles: str | frozenset[str]) -> Callable[[type], type]:
+
+def callable_by(**roles: str | frozenset[str]) -> Callable[[P], P]:
     """Grants roles other than the AppMaster the methods named (or ALL_METHODS), e.g.
     `@callable_by(taskexecutor=frozenset({"offer_slots"}))`."""
-    def grant(protocol: type) -> type:
-        protocol.__callers__ = {role: methods for role, methods in roles.items()}
+    def grant(protocol: P) -> P:
+        # setattr: `type` declares no __callers__ for the type checker.
+        setattr(protocol, "__callers__", dict(roles))  # noqa: B010
         return protocol
     return grant
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import msgspec
 import pyarrow as pa
@@ -63,6 +63,9 @@ from flinkyarn.pipeline.operators import (Aggregation, FilterOperator, FlatMapOp
 from flinkyarn.pipeline.stream_graph import (ChainingStrategy, ExchangeMode, StreamGraph,
                                              StreamNode, VirtualPartitionNode)
 from flinkyarn.resources import UNKNOWN, ResourceProfile
+
+if TYPE_CHECKING:  # at run time imported where used (write_parquet, write_csv)
+    from flinkyarn.connectors.files import FileSink
 
 __all__ = ["Pipeline", "DataStream", "KeyedStream", "DataStreamSink"]
 
@@ -360,8 +363,9 @@ class DataStream:
                                         _chaining_strategy(chaining))
         return DataStream(self._pipeline, node.id)
 
-    def _one_input(self, operator: Operator, name, parallelism, slot_sharing_group, uid,
-                   resources, chaining: ChainingStrategy) -> DataStream:
+    def _one_input(self, operator: Operator, name: str | None, parallelism: int | None,
+                   slot_sharing_group: str | None, uid: str | None,
+                   resources: ResourceProfile | None, chaining: ChainingStrategy) -> DataStream:
         node = self._pipeline._add_node(operator, [self], "", name, parallelism,
                                         slot_sharing_group, uid, resources, chaining)
         return DataStream(self._pipeline, node.id)
@@ -546,16 +550,18 @@ class KeyedStream(DataStream):
             raise ValueError(f"{what}: {e}") from None
         return self._aggregate(specs, what, parallelism, slot_sharing_group, uid, resources)
 
-    def _single(self, function: str, column: str, name, parallelism, slot_sharing_group,
-                uid, resources) -> DataStream:
+    def _single(self, function: str, column: str, name: str | None, parallelism: int | None,
+                slot_sharing_group: str | None, uid: str | None,
+                resources: ResourceProfile | None) -> DataStream:
         if not isinstance(column, str) or not column:
             raise ValueError(f"{name or function}: expected a column name, not {column!r}")
         return self._aggregate([Aggregation(column, function, output_name(column, function))],
                                name or f"{function}({column})", parallelism,
                                slot_sharing_group, uid, resources)
 
-    def _aggregate(self, aggregations: list[Aggregation], name: str, parallelism,
-                   slot_sharing_group, uid, resources) -> DataStream:
+    def _aggregate(self, aggregations: list[Aggregation], name: str, parallelism: int | None,
+                   slot_sharing_group: str | None, uid: str | None,
+                   resources: ResourceProfile | None) -> DataStream:
         operator = KeyedAggregateOperator(self.key_columns, aggregations, name=name)
         node = self._pipeline._add_node(operator, [self], "", name, parallelism,
                                         slot_sharing_group, uid, resources,
@@ -587,7 +593,7 @@ class DataStreamSink:
         return self
 
 
-def _file_sink(what: str, sink_class: type, path: str, mode: str) -> Operator:
+def _file_sink(what: str, sink_class: type[FileSink], path: str, mode: str) -> Operator:
     try:
         return sink_class(path, mode=output_mode(mode))
     except ValueError as error:

@@ -19,6 +19,7 @@ of the same program print the same text.
 
 from __future__ import annotations
 
+from flinkyarn.ids import JobVertexID
 from flinkyarn.jobgraph import JobGraph
 
 SHORT_ID = 8
@@ -32,7 +33,8 @@ def _count(count: int, one: str, many: str) -> str:
     return f"{count} {one if count == 1 else many}"
 
 
-def _end_names(graph: JobGraph, source_id: str, target_id: str) -> tuple[str, str]:
+def _end_names(graph: JobGraph, source_id: JobVertexID, target_id: JobVertexID
+               ) -> tuple[str, str]:
     """The operators an edge connects: the last of the producer's chain, the head of
     the consumer's."""
     source, target = graph.vertex(source_id), graph.vertex(target_id)
@@ -65,7 +67,7 @@ def describe_job_graph(graph: JobGraph) -> str:
                        key=lambda item: (position[item[1].source], position[item[1].target],
                                          item[0]))
         for _, edge in edges:
-            partitioning = edge.partitioner
+            partitioning = edge.partitioner.value
             if edge.key_columns:
                 partitioning += f" [{', '.join(edge.key_columns)}]"
             producer, consumer = _end_names(graph, edge.source, edge.target)

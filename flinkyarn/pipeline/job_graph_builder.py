@@ -29,7 +29,7 @@ from flinkyarn.environment import pickle_user_code
 from flinkyarn.ids import JobID, JobVertexID, new_id
 from flinkyarn.jobgraph import (ChainedOperator, DistributionPattern, JobEdge, JobGraph,
                                 JobVertex, ResultPartitionType, ScheduleMode, ShipStrategy)
-from flinkyarn.pipeline.operator import SourceOperator
+from flinkyarn.pipeline.operator import Operator, SourceOperator
 from flinkyarn.pipeline.stream_graph import (ChainingStrategy, ExchangeMode, StreamEdge,
                                              StreamGraph, StreamNode)
 from flinkyarn.pipeline.task_spec import InputSpec, OutputSpec, StreamTaskSpec
@@ -206,11 +206,13 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
     StreamNode order."""
     if not graph.nodes():
         raise ValueError(f"pipeline {graph.job_name!r} has no operators")
+    operator_of: dict[int, Operator] = {}
     for node in graph.nodes():
         if node.operator is None:
             raise ValueError(f"{node.name}: stream node {node.id} has no operator")
         if not node.in_edges and not isinstance(node.operator, SourceOperator):
             raise ValueError(f"{node.name}: has no input and is not a SourceOperator")
+        operator_of[node.id] = node.operator
     ids = operator_ids(graph)
     all_chains = chains(graph)
     vertex_of: dict[int, JobVertexID] = {}
@@ -228,7 +230,8 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
         outputs = []
         for edge in last.out_edges:
             target = vertex_of[edge.target_id]
-            outputs.append(OutputSpec(target, edge.partitioner, tuple(edge.key_columns)))
+            outputs.append(OutputSpec(target, ShipStrategy(edge.partitioner),
+                                      tuple(edge.key_columns)))
             edges.append(JobEdge(
                 source=vertex_id, target=target,
                 distribution=_distribution(graph, edge),
@@ -236,7 +239,7 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
                 deterministic=edge.partitioner != "rebalance",
                 partitioner=ShipStrategy(edge.partitioner),
                 key_columns=list(edge.key_columns)))
-        spec = StreamTaskSpec(operators=tuple(n.operator for n in chain), inputs=inputs,
+        spec = StreamTaskSpec(operators=tuple(operator_of[n.id] for n in chain), inputs=inputs,
                               outputs=tuple(outputs))
         vertices.append(JobVertex(
             id=vertex_id,
@@ -252,10 +255,10 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
     # them at once. So a streaming pipeline with a forced blocking() edge runs lazily.
     lazy = graph.batch_mode or any(e.partition_type is ResultPartitionType.BLOCKING
                                    for e in edges)
-    outputs = [output for node in graph.nodes()
-               if (output := node.operator.file_output()) is not None]
+    file_outputs = [output for node in graph.nodes()
+                    if (output := operator_of[node.id].file_output()) is not None]
     job_graph = JobGraph(JobID(new_id()), graph.job_name, vertices, edges,
                          ScheduleMode.LAZY_FROM_SOURCES if lazy else ScheduleMode.EAGER,
-                         outputs=outputs)
+                         outputs=file_outputs)
     job_graph.validate()
     return job_graph

@@ -36,6 +36,8 @@ from flinkyarn.jobgraph import FileOutput
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from flinkyarn.gateways.job_master import OutputChunk
+
 
 class OperatorContext(Protocol):
     """What a running operator may know and use."""
@@ -58,7 +60,7 @@ class OperatorContext(Protocol):
         """Runs `hook` (from another thread) when the task is cancelled; at once if it is."""
         ...
 
-    def report_output(self, chunks: list, spark_application: str | None = None,
+    def report_output(self, chunks: list[OutputChunk], spark_application: str | None = None,
                       spark_tracking_url: str | None = None) -> None:
         """Sends what the task printed (OutputChunks) to the JobMaster, which shows it to
         attached clients; blocks until it has them."""

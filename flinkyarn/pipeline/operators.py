@@ -231,7 +231,9 @@ class KeyedAggregateOperator(Operator):
         if merged is None:
             return ()
         result = self._final(merged).combine_chunks()
-        return result.to_batches(max_chunksize=max(1, int(self.context.batch_size)))
+        batches: list[pa.RecordBatch] = result.to_batches(
+            max_chunksize=max(1, int(self.context.batch_size)))
+        return batches
 
     # Internal column names: keys k0.., partials p0.., so that no user column name
     # (say a key called "n_sum") can collide with pyarrow's output names.

@@ -69,7 +69,7 @@ class PySparkScript(SourceOperator):
         self.name = f"Source: pyspark-script({script_name})"
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, args: Iterable[str] = (),
+    def from_file(cls, path: str | os.PathLike[str], args: Iterable[str] = (),
                   settings: PySparkSettings | None = None) -> PySparkScript:
         with open(path, encoding="utf-8") as file:
             return cls(os.path.basename(os.fspath(path)), file.read(), args, settings)

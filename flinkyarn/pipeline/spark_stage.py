@@ -153,6 +153,7 @@ class _CollectedInput:
         """Everything that arrived, as a DataFrame read from the file (an empty one, with
         the schema if known, when nothing arrived)."""
         if self._writer is not None:
+            assert self._path is not None  # set together with the writer
             self._writer.close()
             self._writer = None
             return spark.read.parquet(pathlib.Path(self._path).as_uri())

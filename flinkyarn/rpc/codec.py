@@ -19,7 +19,7 @@ def encode(message: Any) -> bytes:
 
 
 @functools.lru_cache(maxsize=None)
-def _decoder(kind: Any) -> msgspec.msgpack.Decoder:
+def _decoder(kind: Any) -> msgspec.msgpack.Decoder[Any]:
     return msgspec.msgpack.Decoder(kind)
 
 

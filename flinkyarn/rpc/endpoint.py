@@ -9,6 +9,8 @@ Contract:
   the group cancels the others and `run()` raises: the failure is loud, never lost.
 - `run()` serves until `stop()`; the endpoint is registered on the RpcService (its
   gateway reachable) only while it runs.
+- Its periodic work (`every`), its timeouts and its pauses follow its Clock, so that a
+  test with a ManualClock decides when they happen (tests/harness).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import threading
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
+from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.rpc.errors import StaleCall
 from flinkyarn.rpc.service import RpcService
 
@@ -32,12 +35,15 @@ def check_fencing(expected: object, received: object, what: str) -> None:
 
 
 class RpcEndpoint:
-    def __init__(self, rpc: RpcService, name: str, gateway: type) -> None:
+    def __init__(self, rpc: RpcService, name: str, gateway: type,
+                 clock: Clock | None = None) -> None:
         self.rpc = rpc
         self.name = name
         self.gateway = gateway
+        # What its periodic tasks, timeouts and pauses follow (tests: a ManualClock).
+        self._clock: Clock = clock or SystemClock()
         self._group: asyncio.TaskGroup | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_requested = asyncio.Event()
         self._loop_thread: int | None = None
         self.running = asyncio.Event()
@@ -84,11 +90,12 @@ class RpcEndpoint:
         return task
 
     def every(self, interval: Callable[[], float], action: Callable[[], Awaitable[None] | None],
-              name: str) -> asyncio.Task:
-        """Runs `action` every `interval()` seconds on the loop, until the endpoint stops."""
+              name: str) -> asyncio.Task[None]:
+        """Runs `action` every `interval()` seconds of the endpoint's clock, on the loop,
+        until the endpoint stops."""
         async def loop() -> None:
             while True:
-                await asyncio.sleep(interval())
+                await self._clock.sleep(interval())
                 result = action()
                 if asyncio.iscoroutine(result):
                     await result

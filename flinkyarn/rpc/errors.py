@@ -82,5 +82,10 @@ def status_of(error: RpcError) -> grpc.StatusCode:
 
 
 def from_grpc(error: grpc.aio.AioRpcError, target: str) -> RpcError:
-    kind = _BY_STATUS.get(error.code(), RemoteError)
-    return kind(f"{target}: {error.details() or error.code().name}")
+    return from_status(error.code(), error.details(), target)
+
+
+def from_status(code: grpc.StatusCode, details: str | None, target: str) -> RpcError:
+    """The error a caller of `target` sees for a call answered with `code` and `details`."""
+    kind = _BY_STATUS.get(code, RemoteError)
+    return kind(f"{target}: {details or code.name}")

@@ -40,8 +40,13 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
+
+if TYPE_CHECKING:  # cryptography is imported where it is used: most processes need none
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE = "ca.pem", "ca-key.pem", "cert.pem", "key.pem"
 FILES = (CA_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE)
@@ -141,6 +146,7 @@ class ClusterSecurity:
         Raises ValueError without the authority's key."""
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import ExtendedKeyUsageOID
 
         if self.ca_key is None:
@@ -149,6 +155,8 @@ class ClusterSecurity:
                              f"{CA_KEY_FILE} is missing{source}")
         ca_cert = x509.load_pem_x509_certificate(self.ca)
         ca_key = serialization.load_pem_private_key(self.ca_key, password=None)
+        if not isinstance(ca_key, ec.EllipticCurvePrivateKey):  # `generate` makes EC keys
+            raise ValueError(f"the cluster's {CA_KEY_FILE} is not an elliptic-curve key")
         names = list(dict.fromkeys((host, *aliases)))
         # A CN is at most 64 characters; the SANs name the hosts anyway.
         subject = _subject(host if len(host) <= 64 else None, role)
@@ -241,10 +249,10 @@ def role_of(certificate: bytes) -> str | None:
         return None
     units = parsed.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
     role = units[0].value if units else None
-    return role if role in ROLES else None
+    return role if isinstance(role, str) and role in ROLES else None
 
 
-def _subject(common_name: str | None, role: str):
+def _subject(common_name: str | None, role: str) -> x509.Name:
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
@@ -256,7 +264,9 @@ def _subject(common_name: str | None, role: str):
     return x509.Name(attributes)
 
 
-def _issue(ca_cert, ca_key, subject, sans: list, usages: list):
+def _issue(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey,
+           subject: x509.Name, sans: list[x509.GeneralName], usages: list[x509.ObjectIdentifier]
+           ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A new key and a leaf certificate signed by the authority, valid until its end."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -272,14 +282,14 @@ def _issue(ca_cert, ca_key, subject, sans: list, usages: list):
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                   ca_cert.public_key()), critical=False))
+                   ca_key.public_key()), critical=False))
     if sans:  # without a CN the names are the certificate's identity: critical
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=not any(
             a.oid == NameOID.COMMON_NAME for a in subject))
     return key, builder.sign(ca_key, hashes.SHA256())
 
 
-def _general_name(host: str):
+def _general_name(host: str) -> x509.GeneralName:
     """An IP literal as an IPAddress name (what TLS clients compare an IP with), any
     other host as a DNSName."""
     from cryptography import x509
@@ -290,11 +300,12 @@ def _general_name(host: str):
         return x509.DNSName(host)
 
 
-def _pem(item) -> bytes:
+def _pem(item: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
+    from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
     pem = serialization.Encoding.PEM
-    if hasattr(item, "private_bytes"):
-        return item.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption())
-    return item.public_bytes(pem)
+    if isinstance(item, x509.Certificate):
+        return item.public_bytes(pem)
+    return item.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption())

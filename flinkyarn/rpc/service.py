@@ -11,12 +11,14 @@ Threading: everything here runs on the process's asyncio event loop.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
 import grpc
 import grpc.aio
@@ -28,6 +30,8 @@ from flinkyarn.rpc.errors import (Forbidden, InvalidRequest, MalformedMessage, N
 from flinkyarn.rpc.security import TASKEXECUTOR_NAME, ClusterSecurity, role_of
 
 log = logging.getLogger(__name__)
+
+G = TypeVar("G")
 
 
 @dataclass(frozen=True)
@@ -60,19 +64,11 @@ class GatewayProxy:
         self._service = service
         self.address = address
         self.endpoint = endpoint
+        self._timeout: float | None = None  # None: the service's ask timeout
 
     async def _call(self, method: GatewayMethod, request: Any, timeout: float | None) -> Any:
-        # A TaskExecutor's certificate names TASKEXECUTOR_NAME, not its host.
-        channel = self._service.channel(
-            self.address, TASKEXECUTOR_NAME if self.endpoint == "taskexecutor" else None)
-        stub = channel.unary_unary(f"/{self.endpoint}/{method.name}")
-        target = f"{self.endpoint}.{method.name} at {self.address}"
-        try:
-            data = await stub(codec.encode(request),
-                              timeout=self._service.ask_timeout if timeout is None else timeout)
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc(error, target) from None
-        return codec.decode(data, method.response_type)
+        return await self._service.call(self.address, self.endpoint, method, request,
+                                        self._timeout if timeout is None else timeout)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.endpoint}@{self.address}>"
@@ -81,10 +77,11 @@ class GatewayProxy:
 @functools.lru_cache(maxsize=None)
 def proxy_class(protocol: type) -> type:
     """A class with one async method per gateway method, each a call over the network."""
-    namespace = {}
+    namespace: dict[str, Callable[..., Awaitable[Any]]] = {}
     for method in gateway_methods(protocol).values():
-        def make(method: GatewayMethod):
-            async def call(self, request, *, timeout: float | None = None):
+        def make(method: GatewayMethod) -> Callable[..., Awaitable[Any]]:
+            async def call(self: GatewayProxy, request: Any, *,
+                           timeout: float | None = None) -> Any:
                 return await self._call(method, request, timeout)
             call.__name__ = call.__qualname__ = method.name
             return call
@@ -92,17 +89,67 @@ def proxy_class(protocol: type) -> type:
     return type(f"{protocol.__name__}Proxy", (GatewayProxy,), namespace)
 
 
-def _caller_role(context: grpc.aio.ServicerContext) -> str | None:
+def with_timeout(gateway: G, timeout: float) -> G:
+    """`gateway` with calls that time out after `timeout` s instead of the service's ask
+    timeout: a copy of a proxy (`RpcService.connect`); anything else (a test's fake) as
+    it is."""
+    if not isinstance(gateway, GatewayProxy):
+        return gateway
+    proxy = copy.copy(gateway)
+    proxy._timeout = timeout
+    return proxy
+
+
+def _caller_role(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     """The role in the caller's certificate (TLS checked it against the authority)."""
-    certificates = context.auth_context().get("x509_pem_cert") or []
+    certificates = list(context.auth_context().get("x509_pem_cert") or [])
     return role_of(certificates[0]) if certificates else None
+
+
+async def handle_call(endpoints: Mapping[str, tuple[type, object]], endpoint_name: str,
+                      method_name: str, request: bytes, role: str | None) -> bytes:
+    """What a server does with one call, whatever carried it (gRPC here; the tests'
+    in-process network, tests/harness, calls this too, so the two cannot differ): finds
+    the endpoint and its method, checks that a caller of `role` may call it, decodes the
+    request as the method's declared type, awaits the endpoint's method and encodes its
+    answer. A refused call raises before the endpoint sees it; `answer_to_error` says how
+    any error is answered."""
+    entry = endpoints.get(endpoint_name)
+    if entry is None:
+        raise UnknownEndpoint(f"no endpoint {endpoint_name!r} here")
+    protocol, endpoint = entry
+    method = gateway_methods(protocol).get(method_name)
+    if method is None:
+        raise UnknownEndpoint(f"{endpoint_name} has no method {method_name!r}")
+    if not may_call(protocol, role, method_name):
+        raise Forbidden(f"a caller of role {role or 'unknown'} may not call "
+                        f"{endpoint_name}.{method_name}")
+    message = codec.decode(request, method.request_type)
+    result = await getattr(endpoint, method_name)(message)
+    return codec.encode(result)
+
+
+def answer_to_error(error: Exception, endpoint_name: str,
+                    method_name: str) -> tuple[grpc.StatusCode, str]:
+    """The status and details a call to `endpoint_name.method_name` that raised `error` is
+    answered with (the caller gets `errors.from_status` of them), logged once: a refusal
+    (the caller's mistake: malformed, invalid, stale, unknown, forbidden) as one line, the
+    endpoint's own failure with its traceback."""
+    if isinstance(error, (MalformedMessage, InvalidRequest, StaleCall, UnknownEndpoint,
+                          NotFound, Forbidden)):
+        log.info("refused %s.%s: %s", endpoint_name, method_name, error)
+        return status_of(error), str(error)
+    if not isinstance(error, RpcError):
+        log.error("%s.%s failed", endpoint_name, method_name, exc_info=error)
+    # An RpcError is a call this endpoint made that failed: the caller sees it as ours.
+    return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
 
 
 class _Dispatch(grpc.GenericRpcHandler):
     def __init__(self, service: "RpcService") -> None:
         self._service = service
 
-    def service(self, details: grpc.HandlerCallDetails):
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
         endpoint, _, method = details.method.lstrip("/").rpartition("/")
         return grpc.unary_unary_rpc_method_handler(
             functools.partial(self._service._handle, endpoint, method))
@@ -125,7 +172,14 @@ class RpcService:
         self._endpoints: dict[str, tuple[type, object]] = {}
         self._channels: dict[tuple[str, str | None], grpc.aio.Channel] = {}
         self._server: grpc.aio.Server | None = None
-        self.address: str | None = None
+        self._address: str | None = None
+
+    @property
+    def address(self) -> str:
+        """host:port of this process's server; RuntimeError before `start`."""
+        if self._address is None:
+            raise RuntimeError("the RpcService has not started: it has no address yet")
+        return self._address
 
     async def start(self) -> str:
         self._server = grpc.aio.server(options=self._options)
@@ -135,8 +189,8 @@ class RpcService:
         if port == 0:
             raise OSError(f"cannot listen on {self.host}:{self._port}")
         await self._server.start()
-        self.address = f"{self.host}:{port}"
-        return self.address
+        self._address = f"{self.host}:{port}"
+        return self._address
 
     async def stop(self, grace: float = 1.0) -> None:
         for channel in self._channels.values():
@@ -158,6 +212,23 @@ class RpcService:
         """A proxy for the endpoint `endpoint` at `address`, typed as `protocol`."""
         return proxy_class(protocol)(self, address, endpoint)
 
+    async def call(self, address: str, endpoint: str, method: GatewayMethod, request: Any,
+                   timeout: float | None) -> Any:
+        """One call of a proxy (`connect`): the request encoded, sent over the shared
+        channel, the answer decoded as the method's declared type; a failed call raises
+        the RpcError of its status (errors.from_grpc)."""
+        # A TaskExecutor's certificate names TASKEXECUTOR_NAME, not its host.
+        channel = self.channel(address, TASKEXECUTOR_NAME if endpoint == "taskexecutor" else None)
+        stub: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+            f"/{endpoint}/{method.name}")
+        target = f"{endpoint}.{method.name} at {address}"
+        try:
+            data = await stub(codec.encode(request),
+                              timeout=self.ask_timeout if timeout is None else timeout)
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc(error, target) from None
+        return codec.decode(data, method.response_type)
+
     def channel(self, address: str, server_name: str | None = None) -> grpc.aio.Channel:
         """One shared channel per remote process; its certificate must name the host
         dialed, or `server_name`."""
@@ -175,30 +246,10 @@ class RpcService:
         return channel
 
     async def _handle(self, endpoint_name: str, method_name: str, request: bytes,
-                      context: grpc.aio.ServicerContext) -> bytes:
+                      context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         try:
-            entry = self._endpoints.get(endpoint_name)
-            if entry is None:
-                raise UnknownEndpoint(f"no endpoint {endpoint_name!r} here")
-            protocol, endpoint = entry
-            method = gateway_methods(protocol).get(method_name)
-            if method is None:
-                raise UnknownEndpoint(f"{endpoint_name} has no method {method_name!r}")
-            role = _caller_role(context)
-            if not may_call(protocol, role, method_name):
-                raise Forbidden(f"a caller of role {role or 'unknown'} may not call "
-                                f"{endpoint_name}.{method_name}")
-            message = codec.decode(request, method.request_type)
-            result = await getattr(endpoint, method_name)(message)
-            return codec.encode(result)
-        except (MalformedMessage, InvalidRequest, StaleCall, UnknownEndpoint, NotFound,
-                Forbidden) as error:
-            # The caller's mistake, not ours: its status code, no traceback.
-            log.info("refused %s.%s: %s", endpoint_name, method_name, error)
-            await context.abort(status_of(error), str(error))
-        except RpcError as error:
-            # A call this endpoint made failed; the caller sees it as our error.
-            await context.abort(grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
-        except Exception as error:  # the endpoint's own failure: report, don't hide
-            log.exception("%s.%s failed", endpoint_name, method_name)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+            return await handle_call(self._endpoints, endpoint_name, method_name, request,
+                                     _caller_role(context))
+        except Exception as error:  # every error is answered: see answer_to_error
+            status, details = answer_to_error(error, endpoint_name, method_name)
+        await context.abort(status, details)

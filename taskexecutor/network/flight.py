@@ -33,14 +33,14 @@ from taskexecutor.network.errors import (PartitionException, PartitionFailed,
                                          PartitionNotFound, PartitionNotReady,
                                          PartitionReleased)
 from taskexecutor.network.partition import ResultPartitionManager
-from taskexecutor.network.subpartition import END_OF_PARTITION, SubpartitionReader
+from taskexecutor.network.subpartition import EndOfPartition, SubpartitionReader
 from taskexecutor.network.wire import (CANCEL_ACTION, SubpartitionRequest, server_error,
                                        to_server_error)
 
 log = logging.getLogger(__name__)
 
 
-class DataServer(flight.FlightServerBase):
+class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is untyped
     """Serves the subpartitions of `manager` over Flight DoGet. A client without the
     cluster's certificate is refused during the TLS handshake. `security`'s certificate
     must name TASKEXECUTOR_NAME (the TaskExecutors' one): clients check it.
@@ -127,7 +127,7 @@ class DataServer(flight.FlightServerBase):
         if first is None:
             self._park(request, reader)
             raise to_server_error(PartitionNotReady(f"{request} has no data yet"))
-        if first is END_OF_PARTITION:
+        if isinstance(first, EndOfPartition):
             self._forget(reader)
             return flight.GeneratorStream(pa.schema([]), iter(()))
         return flight.GeneratorStream(first.schema, self._stream(context, reader, request, first))
@@ -190,7 +190,7 @@ class DataServer(flight.FlightServerBase):
             while True:
                 while (event := reader.next_event(self._poll)) is None:
                     self._check_stopped(context, request)
-                if event is END_OF_PARTITION:
+                if isinstance(event, EndOfPartition):
                     return
                 if not event.schema.equals(first.schema, check_metadata=False):
                     raise PartitionFailed(f"{request}: its batches differ in schema")

@@ -79,8 +79,8 @@ class ResultPartition:
         names = [f"subpartition {i} of {partition_id}" for i in range(num_subpartitions)]
         if partition_type == "pipelined":
             self.spill_directory: Path | None = None
-            self._subpartitions = [PipelinedSubpartition(name, max_buffered_bytes)
-                                   for name in names]
+            self._subpartitions: list[PipelinedSubpartition | BlockingSubpartition] = [
+                PipelinedSubpartition(name, max_buffered_bytes) for name in names]
         else:
             # A folder per partition object: attempts of one producer share its id.
             self.spill_directory = Path(spill_dir) / (

@@ -18,6 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from pathlib import Path
+from typing import TypeAlias
 
 import pyarrow as pa
 
@@ -33,7 +34,7 @@ class EndOfPartition:
 
 
 END_OF_PARTITION = EndOfPartition()
-Event = pa.RecordBatch | EndOfPartition
+Event: TypeAlias = pa.RecordBatch | EndOfPartition
 
 
 class SubpartitionReader(ABC):
@@ -245,6 +246,7 @@ class BlockingSubpartition(_Subpartition):
 
     def _close_file(self) -> None:
         if self._writer is not None:
+            assert self._sink is not None  # opened together with the writer
             self._writer.close()
             self._sink.close()
             self._writer = self._sink = None

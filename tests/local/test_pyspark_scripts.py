@@ -9,10 +9,8 @@ from __future__ import annotations
 import collections
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyspark

@@ -159,14 +159,16 @@ def test_a_key_cannot_be_registered_twice():
 
 def test_an_unknown_key_in_the_file_is_named_with_a_suggestion(tmp_path):
     path = write_conf(tmp_path, "heartbeat.intervall: 10 s\n")
-    with pytest.raises(ConfigurationError, match=r"unknown option 'heartbeat.intervall'.*did you mean 'heartbeat.interval'"):
+    with pytest.raises(ConfigurationError, match=r"unknown option 'heartbeat.intervall'.*"
+                                                 r"did you mean 'heartbeat.interval'"):
         Configuration.load(path)
 
 
 def test_an_unknown_key_in_overrides_is_named_with_a_suggestion(tmp_path):
     path = write_conf(tmp_path, "")
     with pytest.raises(ConfigurationError,
-                       match=r"unknown option 'taskmanager.numberOfTaskSlot'.*did you mean 'taskmanager.numberOfTaskSlots'"):
+                       match=r"unknown option 'taskmanager.numberOfTaskSlot'.*"
+                             r"did you mean 'taskmanager.numberOfTaskSlots'"):
         Configuration.load(path, overrides={"taskmanager.numberOfTaskSlot": "4"})
 
 

@@ -1,4 +1,5 @@
-"""Heartbeat bookkeeping with a controllable clock: no sleeping."""
+"""Heartbeat bookkeeping with a controllable clock: no sleeping. A heartbeat call times
+out on the manager's clock: `send_round` advances it past the call timeout."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import asyncio
 from flinkyarn.clock import ManualClock
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.rpc.errors import Unreachable
+from tests.harness.loop import settle
+
+CALL_TIMEOUT = 0.05
 
 
 def manager(clock, timeouts, payloads=None, answer=None):
@@ -14,6 +18,21 @@ def manager(clock, timeouts, payloads=None, answer=None):
         "rm", timeout=50.0, clock=clock, on_timeout=timeouts.append,
         on_payload=lambda rid, p: payloads.append((rid, p)) if payloads is not None else None,
         payload_for=lambda rid: answer)
+
+
+def send_round(hb, clock):
+    """One round of heartbeat requests; those still unanswered once CALL_TIMEOUT has
+    passed on `clock` time out."""
+    async def round_():
+        sending = asyncio.create_task(hb.send_heartbeats(call_timeout=CALL_TIMEOUT))
+        await settle()  # every request made and waiting
+        clock.advance(CALL_TIMEOUT)
+        await sending
+    asyncio.run(round_())
+
+
+async def never_answers(payload):
+    await asyncio.Event().wait()
 
 
 def test_target_silent_longer_than_timeout_is_declared_dead_once():
@@ -68,16 +87,13 @@ def test_sender_records_answers_and_not_failures():
         assert payload == "ping"
         return "report-1"
 
-    async def frozen(payload):
-        await asyncio.sleep(10)
-
     async def broken(payload):
         raise ConnectionError("refused")
 
-    for rid, request in (("ok", healthy), ("frozen", frozen), ("broken", broken)):
+    for rid, request in (("ok", healthy), ("frozen", never_answers), ("broken", broken)):
         hb.monitor_target(rid, request)
     clock.advance(51)
-    asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    send_round(hb, clock)
     assert payloads == [("ok", "report-1")]
     assert sorted(hb.check_timeouts()) == ["broken", "frozen"]
     assert hb.targets() == ["ok"]
@@ -93,25 +109,22 @@ def test_a_target_no_call_reaches_is_dead_after_the_threshold_and_a_frozen_one_i
     async def gone(payload):
         raise Unreachable("te: connection refused")
 
-    async def frozen(payload):
-        await asyncio.sleep(10)
-
     async def flaky(payload):
         answer = next(flaky_answers, Unreachable("te: connection refused"))
         if isinstance(answer, Exception):
             raise answer
         return answer
 
-    for rid, request in (("gone", gone), ("frozen", frozen), ("flaky", flaky)):
+    for rid, request in (("gone", gone), ("frozen", never_answers), ("flaky", flaky)):
         hb.monitor_target(rid, request)
-    asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    send_round(hb, clock)
     assert unreachable == [] and hb.is_monitored("gone")  # one failed call is not enough
-    asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    send_round(hb, clock)
     # "gone" failed twice in a row; "flaky" answered in between, so it starts counting anew.
     assert unreachable == [("gone", "2 heartbeat calls in a row could not reach it: "
                                     "te: connection refused")]
     assert sorted(hb.targets()) == ["flaky", "frozen"]
-    asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+    send_round(hb, clock)
     assert [rid for rid, _ in unreachable] == ["gone"]
     # Calls that reach a frozen target and time out are the timeout's business ("flaky"
     # has been silent as long); "gone" is not reported twice.
@@ -128,7 +141,7 @@ def test_without_a_threshold_only_the_timeout_declares_a_target_dead():
 
     hb.monitor_target("gone", gone)
     for _ in range(5):
-        asyncio.run(hb.send_heartbeats(call_timeout=0.05))
+        send_round(hb, clock)
     assert hb.is_monitored("gone") and timeouts == []
     clock.advance(51)
     assert hb.check_timeouts() == ["gone"]

@@ -203,8 +203,8 @@ def test_slot_sharing_groups_are_inherited_from_inputs_that_agree():
     a = p.add_source(Numbers(), name="a", slot_sharing_group="sources")
     b = p.add_source(Numbers(), name="b")
     after_a = a.rebalance().map(lambda x: x, name="after a")
-    both = a.key_by("word").transform(Union(), b.key_by("word"), name="both")
-    own = after_a.map(lambda x: x, name="own", slot_sharing_group="mine")
+    a.key_by("word").transform(Union(), b.key_by("word"), name="both")
+    after_a.map(lambda x: x, name="own", slot_sharing_group="mine")
     graph = p.stream_graph()
     group = {n.name: n.slot_sharing_group for n in graph.nodes()}
     assert group == {"Source: a": "sources", "Source: b": "default", "after a": "sources",
@@ -513,6 +513,14 @@ def test_describe_shows_vertices_operators_and_edges():
     assert ("v1 -> v2  hash [word], blocking, all_to_all  (normalise => sum(n))"
             in text)
     assert describe_job_graph(wordcount_program().job_graph()) == text
+
+
+def test_describe_names_ship_strategies_by_their_value():
+    p = Pipeline("strategies", parallelism=2)
+    p.add_source(Numbers(), name="numbers").rebalance().sink_to(Collect(), name="collect")
+    text = describe_job_graph(p.job_graph())
+    assert ("v1 -> v2  rebalance, pipelined, all_to_all  (Source: numbers => Sink: collect)"
+            in text)
 
 
 # ---- the job's own settings -------------------------------------------------------------------

@@ -20,13 +20,13 @@ def test_output_is_read_after_the_last_number_seen_and_bounded():
     output.append("stdout", "abc\n")
     output.append("stderr", "warn\n")
     first = output.read(0, now=1.0)
-    assert [(l.seq, l.stream, l.text) for l in first.lines] == [(0, "stdout", "abc\n"),
-                                                                 (1, "stderr", "warn\n")]
+    assert [(line.seq, line.stream, line.text) for line in first.lines] == [
+        (0, "stdout", "abc\n"), (1, "stderr", "warn\n")]
     assert first.next == 2 and first.missed == 0
     assert output.read(first.next, now=2.0).lines == []
     output.append("stdout", "0123456789\n")   # over the bound: the oldest go
     late = output.read(2, now=3.0)
-    assert [l.text for l in late.lines] == ["0123456789\n"]
+    assert [line.text for line in late.lines] == ["0123456789\n"]
     fresh = output.read(0, now=4.0)           # a reader from the start missed some
     assert fresh.missed == 9 and fresh.lines[0].seq == 2
     assert output.read_up_to == 2 and output.last_read == 4.0

@@ -152,7 +152,7 @@ def test_an_environment_of_another_python_fails_naming_both(tmp_path):
     client = "%d.%d.%d" % sys.version_info[:3]
     assert client in line
     if other:
-        assert "python " in line and f"on the client" in line
+        assert "python " in line and "on the client" in line
     else:
         assert "cannot run" in line and "version = 3.99.0" in line
 

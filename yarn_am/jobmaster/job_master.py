@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from flinkyarn import options, retry
-from flinkyarn.clock import Clock, SystemClock
+from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (AcceptedSlots, DisconnectTaskManager,
@@ -38,8 +38,8 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlot
                                                  ResourceManagerGateway)
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import (AllocationID, InstanceID, JobMasterId, ResourceID, ResourceManagerId,
-                           new_id)
+from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
+                           ResourceManagerId, new_id)
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
@@ -83,7 +83,7 @@ class JobMasterConfig:
 
 @dataclass(frozen=True)
 class JobResult:
-    job_id: str
+    job_id: JobID
     name: str
     status: JobStatus
     failure_cause: str | None
@@ -104,11 +104,10 @@ class JobMaster(RpcEndpoint):
     def __init__(self, rpc: RpcService, job_graph: JobGraph, resource_manager_address: str,
                  config: JobMasterConfig, on_terminated: Callable[[JobResult], None],
                  clock: Clock | None = None) -> None:
-        super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway)
+        super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway, clock)
         self.job_graph = job_graph
         self.job_id = job_graph.job_id
         self.config = config
-        self._clock = clock or SystemClock()
         self._on_terminated = on_terminated
         self.job_master_id = JobMasterId(new_id())
         self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
@@ -191,7 +190,7 @@ class JobMaster(RpcEndpoint):
                 self.job_id, self.job_master_id, self.resource_id, self.rpc.address)),
             retry_on=RpcError,
             pauses=registration_retry.RegistrationAttempts(self.config.registration).pause_after,
-            on_retry=retrying)
+            on_retry=retrying, sleep=self._clock.sleep)
         self.resource_manager_id = registration.resource_manager_id
         self._rm_resource_id = registration.resource_manager_resource_id
         self._rm_heartbeats.monitor_target(self._rm_resource_id)
@@ -220,7 +219,8 @@ class JobMaster(RpcEndpoint):
         if request.job_id != self.job_id:
             raise InvalidRequest(f"this is the JobMaster of job {self.job_id}, not "
                                  f"{request.job_id}")
-        gateway = self.rpc.connect(request.address, "taskexecutor", te.TaskExecutorGateway)
+        gateway: te.TaskExecutorGateway = self.rpc.connect(request.address, "taskexecutor",
+                                                           te.TaskExecutorGateway)
         # A new handle for every registration: the one it replaces becomes stale.
         if request.resource_id in self.task_managers:
             log.info("job %s: TaskExecutor %s registers again", self.job_id, request.resource_id)
@@ -399,7 +399,7 @@ class JobMaster(RpcEndpoint):
 
     async def _restart_after(self, delay: float, token: int) -> None:
         """The restart strategy's backoff, then the restart (a stale token does nothing)."""
-        await asyncio.sleep(delay)
+        await self._clock.sleep(delay)
         if not self._terminating:
             self._run_scheduler(self.scheduler.restart_due(token, self._now()))
 
@@ -501,6 +501,13 @@ class JobMaster(RpcEndpoint):
         if self.resource_manager_id is not None:
             await self._quietly(self._rm.disconnect_job_master(DisconnectJobMaster(
                 self.job_id, self.job_master_id, f"job {status.value}")))
+        assert self.end_time is not None  # set by _terminate, which started this
         self._on_terminated(JobResult(self.job_id, self.job_graph.name, status, cause,
                                       self.start_time, self.end_time))
         self.stop()
+
+
+def _conforms_to_gateway(endpoint: JobMaster) -> JobMasterGateway:
+    """Never called: the type checker (integration/run-tests) checks here that the
+    JobMaster has every method of its gateway, with compatible types."""
+    return endpoint

@@ -52,7 +52,8 @@ class JobOutput:
         `missed` counts characters dropped before the reader got them."""
         self.read_up_to = max(self.read_up_to, after)
         self.last_read = now
-        chunks, size = [], 0
+        chunks: list[OutputLine] = []
+        size = 0
         first = self._chunks[0].seq if self._chunks else self.next_seq
         missed = self.dropped_chars if after < first and self.dropped_chars else 0
         for chunk in self._chunks:

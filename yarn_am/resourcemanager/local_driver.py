@@ -46,6 +46,7 @@ class LocalProcessDriver:
     def request_worker(self, spec: WorkerSpec) -> str:
         self._count += 1
         worker_id = f"taskexecutor-{self._count}-{new_id()[:8]}"
+        assert self._spawn is not None  # initialize() came first
         self._spawn(self._run(worker_id, spec), f"worker-{worker_id}")
         return worker_id
 
@@ -64,6 +65,7 @@ class LocalProcessDriver:
         return process.pid if process is not None else None
 
     async def _run(self, worker_id: str, spec: WorkerSpec) -> None:
+        assert self._handler is not None  # initialize() came first
         properties = dict(self._properties)
         properties.update({
             "taskmanager.numberOfTaskSlots": str(spec.num_slots),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from flinkyarn import options
-from flinkyarn.clock import Clock, SystemClock
+from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGateway,
@@ -96,10 +96,9 @@ class JobMasterRecord:
 class ResourceManager(RpcEndpoint):
     def __init__(self, rpc: RpcService, config: ResourceManagerConfig,
                  driver: ResourceManagerDriver, clock: Clock | None = None) -> None:
-        super().__init__(rpc, "resourcemanager", ResourceManagerGateway)
+        super().__init__(rpc, "resourcemanager", ResourceManagerGateway, clock)
         self.config = config
         self.driver = driver
-        self._clock = clock or SystemClock()
         self.resource_manager_id = ResourceManagerId(new_id())
         self.resource_id = ResourceID(f"resourcemanager-{self.resource_manager_id[:8]}")
         self.slot_manager = SlotManager(config.worker, config.taskmanager_timeout,
@@ -173,13 +172,15 @@ class ResourceManager(RpcEndpoint):
         resource_id = request.resource_id
         if resource_id in self.task_executors:
             log.info("TaskExecutor %s registers again; its old slots are dropped", resource_id)
-        gateway = self.rpc.connect(request.address, "taskexecutor", TaskExecutorGateway)
+        gateway: TaskExecutorGateway = self.rpc.connect(request.address, "taskexecutor",
+                                                        TaskExecutorGateway)
         record = TaskExecutorRecord(resource_id, InstanceID(new_id()), request.address, gateway,
                                     request.total_resources)
         self.task_executors[resource_id] = record
         if request.worker_id in self.workers:
             self.workers[request.worker_id] = True
-        self._te_heartbeats.monitor_target(resource_id, lambda heartbeat: gateway.heartbeat_from_resource_manager(heartbeat))
+        self._te_heartbeats.monitor_target(
+            resource_id, lambda heartbeat: gateway.heartbeat_from_resource_manager(heartbeat))
         log.info("TaskExecutor %s registered from %s with %d slots", resource_id, request.address,
                  len(request.slot_report.slots))
         self._execute(self.slot_manager.register_task_executor(
@@ -307,7 +308,8 @@ class ResourceManager(RpcEndpoint):
                         job_id, old.job_master_id)
             self._close_job_master_connection(
                 job_id, f"replaced by JobMaster {request.job_master_id} of the job")
-        gateway = self.rpc.connect(request.address, job_master_endpoint(job_id), JobMasterGateway)
+        gateway: JobMasterGateway = self.rpc.connect(request.address, job_master_endpoint(job_id),
+                                                     JobMasterGateway)
         record = JobMasterRecord(job_id, request.job_master_id, request.job_master_resource_id,
                                  request.address, gateway)
         self.job_masters[job_id] = record
@@ -407,3 +409,9 @@ class ResourceManager(RpcEndpoint):
 
     def task_executor_overview(self) -> list[tuple[TaskExecutorRecord, list[TaskManagerSlotInfo]]]:
         return [(record, self.slot_manager.slots_of(rid)) for rid, record in self.task_executors.items()]
+
+
+def _conforms_to_gateway(endpoint: ResourceManager) -> ResourceManagerGateway:
+    """Never called: the type checker (integration/run-tests) checks here that the
+    ResourceManager has every method of its gateway, with compatible types."""
+    return endpoint

@@ -189,9 +189,9 @@ class SlotManager:
             for allocation_id in worker.assigned:
                 pending = self._requests[allocation_id]
                 pending.worker = None
-                slot = self._free_slot_on(te, pending.request.profile)
-                if slot is not None:
-                    self._start_allocation(pending, te, slot, now, out)
+                free = self._free_slot_on(te, pending.request.profile)
+                if free is not None:
+                    self._start_allocation(pending, te, free, now, out)
         return self._serve_waiting(now, out)
 
     def add_pending_worker(self) -> None:
@@ -278,7 +278,7 @@ class SlotManager:
         to another allocation."""
         te = self._task_executors.get(slot_id.resource_id)
         slot = te.slots.get(slot_id) if te is not None else None
-        if slot is None or slot.allocation_id != allocation_id:
+        if te is None or slot is None or slot.allocation_id != allocation_id:
             return []
         # Freed while its AllocateSlot was unanswered: it had been allocated, so done.
         self._forget_request(allocation_id)

@@ -33,6 +33,7 @@ from typing import Callable
 import skein
 
 from flinkyarn import hadoop, runtime_check
+from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.ids import new_id
 from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn
 from yarn_am.resourcemanager.slot_manager import WorkerSpec
@@ -81,10 +82,13 @@ class _Worker:
 
 class YarnDriver:
     def __init__(self, app, poll_interval: float = 0.5,
-                 on_fatal: Callable[[str], None] | None = None) -> None:
+                 on_fatal: Callable[[str], None] | None = None,
+                 clock: Clock | None = None) -> None:
         """`app` is skein's ApplicationClient of this application; `on_fatal(diagnostic)`
-        is called on the loop when no TaskExecutor container can ever start."""
+        is called on the loop when no TaskExecutor container can ever start; the watcher
+        polls every `poll_interval` seconds of `clock`."""
         self._app = app
+        self._clock: Clock = clock or SystemClock()
         self._on_fatal = on_fatal
         self._fatal = False
         self._poll_interval = poll_interval
@@ -143,6 +147,7 @@ class YarnDriver:
         self._count += 1
         worker = _Worker(f"taskexecutor-{self._count}-{new_id()[:8]}")
         self._workers[worker.worker_id] = worker
+        assert self._spawn is not None  # initialize() came first
         self._spawn(self._request(worker), f"request-{worker.worker_id}")
         return worker.worker_id
 
@@ -166,6 +171,7 @@ class YarnDriver:
         log.info("releasing worker %s (%s): %s", worker_id, worker.container_id, cause)
         worker.released = True
         if worker.container_id is not None:
+            assert self._spawn is not None  # initialize() came first
             self._spawn(self._kill(worker), f"kill-{worker_id}")
 
     async def _kill(self, worker: _Worker) -> None:
@@ -175,8 +181,9 @@ class YarnDriver:
             log.info("killing %s: %s", worker.container_id, error)
 
     async def _watch(self) -> None:
+        assert self._handler is not None  # initialize() came first
         while True:
-            await asyncio.sleep(self._poll_interval)
+            await self._clock.sleep(self._poll_interval)
             containers = await asyncio.to_thread(
                 self._app.get_containers, [SERVICE],
                 ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
@@ -215,6 +222,7 @@ class YarnDriver:
             return
         if worker.released:
             cause = f"released by the ResourceManager ({cause})"
+        assert self._handler is not None  # initialize() came first
         self._handler.on_worker_terminated(worker.worker_id, cause)
 
     def container_of(self, worker_id: str) -> str | None:
