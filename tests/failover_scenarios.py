@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
+import cloudpickle
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -20,11 +22,15 @@ import pyarrow.parquet as pq
 from flinkyarn import Pipeline
 from flinkyarn.connectors.filesystems import resolve
 from flinkyarn.gateways.dispatcher import JobDetails
+from flinkyarn.pipeline.operator import Operator
 from tests.local import jobs
 from tests.local.conftest import wait_for
-from tests.local.jobs import (N, FailOnce, SlowOnSubtaskZero, always_fails, slow_numbers,
-                              summing_pipeline)
+from tests.local.jobs import (N, FailOnce, always_fails, exists, join, slow_numbers,
+                              write_text)
 from yarn_client.rest_client import RestClient
+
+# HeldNumbers and HoldsOnSubtaskZero, for the tasks.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 RESTARTING = {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
               "restart-strategy.fixed-delay.delay": "200 ms"}
@@ -68,18 +74,49 @@ def restarted_tasks(details: JobDetails) -> set[str]:
     return {task for restart in details.restart_history for task in restart.restarted}
 
 
+class HeldNumbers:
+    """slow_numbers (a batch each 0.1 s), whose subtasks hold before their batch
+    `at_batch`: each writes `held-SUBTASK` to `folder` and waits for `harmed` there.
+    Attempts that start after the harm find it and do not wait. (It names what it uses
+    from tests.local.jobs: pickled by value, a reference to the module takes all of it.)"""
+
+    def __init__(self, folder: str, at_batch: int) -> None:
+        self.folder = folder
+        self.at_batch = at_batch
+
+    def __call__(self, subtask: int, parallelism: int) -> Iterator[pa.RecordBatch]:
+        for number, batch in enumerate(slow_numbers(subtask, parallelism)):
+            if number == self.at_batch:
+                write_text(join(self.folder, f"held-{subtask}"))
+                while not exists(join(self.folder, "harmed")):
+                    time.sleep(0.1)
+            yield batch
+
+
 def harm_a_task_executor_mid_job(target: Target, how: signal.Signals,
-                                 pause: float = 0.3) -> tuple[JobDetails, str]:
+                                 at_batch: int = 3) -> tuple[JobDetails, str]:
     """SIGKILL or SIGSTOP (thawed once the job ended) one TaskExecutor of a running
     summing job: the job must still finish with every record counted once. Returns the
-    job's details and the harmed TaskExecutor's resource id."""
+    job's details and the harmed TaskExecutor's resource id.
+    In the middle of the job, for certain: the sources hold before their batch `at_batch`
+    (of 20 each) until the harm is done; they have sent data downstream, and the rest is
+    still to come."""
+    folder = jobs.join(target.scratch, f"harm-{uuid.uuid4().hex[:8]}")
+    jobs.make_folder(folder)
     out = target.output("sum")
-    job_id = target.submit(summing_pipeline(out, RESTARTING))
-    target.wait_until_running(job_id)
-    time.sleep(pause)  # somewhere in the middle
-    victim = target.rest.overview().task_executors[0].resource_id
-    pid = target.pid_of(victim)
-    os.kill(pid, how)
+    p = Pipeline("sum", parallelism=2, configuration=RESTARTING)
+    p.from_generator(HeldNumbers(folder, at_batch), name="numbers") \
+        .key_by("k").sum("n").write_parquet(out)
+    job_id = target.submit(p)
+    try:
+        target.wait_until_running(job_id)
+        wait_for(lambda: jobs.markers(folder, "held") == {"0", "1"}, 180,
+                 "both sources holding in the middle of the job")
+        victim = target.rest.overview().task_executors[0].resource_id
+        pid = target.pid_of(victim)
+        os.kill(pid, how)
+    finally:
+        jobs.write_text(jobs.join(folder, "harmed"))  # the sources go on
     try:
         details = target.result(job_id)
     finally:
@@ -125,6 +162,30 @@ def failure_in_one_of_two_regions_restarts_only_that_region(target: Target) -> N
         assert pc.sum(read(side).column("n")).as_py() == TOTAL
 
 
+class HoldsOnSubtaskZero(Operator):
+    """Passes batches on. Subtask 0 writes its TaskExecutor's pid to `folder`/pid-ATTEMPT;
+    its first attempt, at its first batch, writes `reading` there and holds until it is
+    cancelled (or its process killed), so a test can kill it while it reads, whatever
+    subtask 1 does meanwhile. (Names from tests.local.jobs: see HeldNumbers.)"""
+
+    name = "consume"
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def open(self, context):
+        super().open(context)
+        if context.subtask_index == 0:
+            write_text(join(self.folder, f"pid-{context.attempt_number}"), str(os.getpid()))
+
+    def process(self, batch, input_index):
+        if self.context.subtask_index == 0 and self.context.attempt_number == 0:
+            write_text(join(self.folder, "reading"))
+            while not self.context.is_cancelled():
+                time.sleep(0.1)
+        return (batch,)
+
+
 def lost_blocking_partition_reruns_its_producer(target: Target, exchange: str,
                                                 deterministic: bool) -> None:
     """Needs one slot per TaskExecutor. A batch job: producer i and consumer i share
@@ -139,13 +200,13 @@ def lost_blocking_partition_reruns_its_producer(target: Target, exchange: str,
     p = Pipeline("lost partition", parallelism=2, batch_mode=True, configuration=REGION)
     numbers = p.from_generator(slow_numbers, name="numbers")
     exchanged = numbers.key_by("k") if exchange == "key_by" else numbers.rebalance()
-    exchanged.transform(SlowOnSubtaskZero(folder), name="consume").write_parquet(out)
+    exchanged.transform(HoldsOnSubtaskZero(folder), name="consume").write_parquet(out)
     job_id = target.submit(p)
 
     def consumers():
         [vertex] = [v for v in target.rest.job(job_id).vertices if "consume" in v.name]
         return vertex.state_counts
-    wait_for(lambda: consumers().get("FINISHED") == 1 and consumers().get("RUNNING") == 1,
+    wait_for(lambda: consumers().get("FINISHED") == 1 and jobs.exists(jobs.join(folder, "reading")),
              180, "consumer 1 finished while consumer 0 reads")
     os.kill(int(jobs.read_text(jobs.join(folder, "pid-0"))), signal.SIGKILL)  # its first attempt's
     details = target.result(job_id)

@@ -17,7 +17,6 @@ import pyarrow.fs as pafs
 
 from flinkyarn import Pipeline
 from flinkyarn.connectors.filesystems import resolve
-from flinkyarn.pipeline.operator import Operator
 from taskexecutor.task import TaskCancelled
 
 # ------------------------------------------------ files in a local folder or on HDFS
@@ -146,22 +145,3 @@ class FailOnce:
         return batch
 
 
-class SlowOnSubtaskZero(Operator):
-    """Passes batches on; subtask 0 writes its TaskExecutor's pid to `folder`/pid-ATTEMPT
-    (a local folder or an hdfs:// URL) and dawdles, so a test can kill it in the middle
-    while subtask 1 runs ahead."""
-
-    name = "consume"
-
-    def __init__(self, folder: str):
-        self.folder = folder
-
-    def open(self, context):
-        super().open(context)
-        if context.subtask_index == 0:
-            write_text(join(self.folder, f"pid-{context.attempt_number}"), str(os.getpid()))
-
-    def process(self, batch, input_index):
-        if self.context.subtask_index == 0:
-            time.sleep(0.1)
-        return (batch,)

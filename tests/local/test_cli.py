@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -113,26 +112,31 @@ def test_a_client_ended_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, 
     program = tmp_path / "forever.py"
     program.write_text(LONG_JOB)
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    process = subprocess.Popen([*FLINKYARN, "run", "-t", "local", *FAST, str(program)], cwd=REPO, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr_file = tmp_path / "client-stderr"
+    with open(stderr_file, "w") as stderr:
+        process = subprocess.Popen([*FLINKYARN, "run", "-t", "local", *FAST, str(program)],
+                                   cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   text=True)
     try:
         wait_for(lambda: any("taskexecutor" in line for line in processes_mentioning(str(tmp_path))),
                  60, "a TaskExecutor")
-        time.sleep(1.0)
+        wait_for(lambda: "loop [2 RUNNING]" in stderr_file.read_text(), 60,
+                 "the client following the running job")
         assert list(tmp_path.glob("flinkyarn-local-*/security/*key.pem"))
         process.send_signal(signum)
-        out, err = process.communicate(timeout=60)
+        process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
+    err = stderr_file.read_text()
     if signum == signal.SIGKILL:
         assert process.returncode == -signal.SIGKILL
     else:
         assert process.returncode == 1, err
     if signum in (signal.SIGINT, signal.SIGTERM):
         assert "interrupted" in err and "Traceback" not in err, err
-    wait_for(lambda: processes_mentioning(str(tmp_path)) == [], 30, "no process of the cluster")
-    wait_for(lambda: not list(tmp_path.glob("flinkyarn-local-*")), 10, "the work folder gone")
+    wait_for(lambda: processes_mentioning(str(tmp_path)) == [], 60, "no process of the cluster")
+    wait_for(lambda: not list(tmp_path.glob("flinkyarn-local-*")), 60, "the work folder gone")
 
 
 def test_an_attached_client_prints_each_restart_as_it_happens(tmp_path):

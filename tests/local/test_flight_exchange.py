@@ -1,5 +1,6 @@
 """Data exchange over Arrow Flight between TaskExecutors: real servers with the cluster's
-TLS on loopback, producers in this process or in another one."""
+TLS on loopback, producers in this process or in another one. Tests wait for what the
+consumer was answered (WatchedPool) or for the producer's state, never for time."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from taskexecutor.network import (DataClientPool, DataServer, InputGate, Partiti
                                   PartitionNotFound, PartitionReleased, RemoteInputChannel,
                                   ResultPartition, ResultPartitionID, ResultPartitionManager,
                                   make_partitioner)
-from taskexecutor.network.wire import SubpartitionRequest
+from taskexecutor.network.wire import SubpartitionRequest, partition_error
+from tests.local.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_KEY = bytes(range(32))  # the job's, as its JobMaster would make it
@@ -139,6 +141,49 @@ def pool(security):
     pool.close()
 
 
+class WatchedPool(DataClientPool):
+    """A DataClientPool that records how the data server answered each DoGet of the
+    channels using it: (result id, "stream" or the data-plane exception's name), e.g.
+    PartitionNotFound (not registered yet) or PartitionNotReady (no data yet: the server
+    parked a reader for the consumer)."""
+
+    def __init__(self, security: ClusterSecurity) -> None:
+        super().__init__(security)
+        self.answers: list[tuple[str, str]] = []
+
+    def client(self, address: str):
+        return _WatchedClient(super().client(address), self.answers)
+
+    def count(self, result: str, answer: str) -> int:
+        return self.answers.count((result, answer))
+
+
+class _WatchedClient:
+    def __init__(self, client: flight.FlightClient, answers: list[tuple[str, str]]) -> None:
+        self._client = client
+        self._answers = answers
+
+    def do_get(self, ticket: flight.Ticket, *args, **kwargs):
+        result = SubpartitionRequest.decode(ticket.ticket).result_id
+        try:
+            stream = self._client.do_get(ticket, *args, **kwargs)
+        except pa.ArrowException as error:
+            self._answers.append((result, type(partition_error(error, "", "")).__name__))
+            raise
+        self._answers.append((result, "stream"))
+        return stream
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+
+@pytest.fixture
+def watched_pool(security):
+    pool = WatchedPool(security)
+    yield pool
+    pool.close()
+
+
 def pid(result: str = "result") -> ResultPartitionID:
     return ResultPartitionID("job", result, 0)
 
@@ -189,17 +234,19 @@ def test_a_blocking_partition_in_another_process_can_be_read_twice(producer_proc
 
 
 def test_a_consumer_that_asks_before_the_partition_exists_gets_it_once_it_appears(
-        producer_process, pool):
-    gate = InputGate([remote(pool, producer_process.address)])
+        producer_process, watched_pool):
+    gate = InputGate([remote(watched_pool, producer_process.address, timeout=60)])
     events: list = []
     reader = threading.Thread(target=lambda: events.extend(gate))
     reader.start()
-    time.sleep(1.0)  # the consumer asks, and asks again
+    wait_for(lambda: watched_pool.count("result", "PartitionNotFound") >= 2, 60,
+             "the consumer to ask, and ask again, for the missing partition")
     producer_process.send("register", result="result", type="pipelined", subpartitions=1)
-    time.sleep(0.7)  # registered, no data yet
+    wait_for(lambda: watched_pool.count("result", "PartitionNotReady") >= 1, 60,
+             "the consumer to be told that the registered partition has no data yet")
     producer_process.send("emit", result="result", subpartition=0, first=0, count=3)
     producer_process.send("finish", result="result")
-    reader.join(20)
+    reader.join(60)
     assert not reader.is_alive()
     assert pa.Table.from_batches([batch for _, batch in events]).equals(expected(0, 3))
 
@@ -254,7 +301,7 @@ def test_a_client_without_the_cluster_certificate_is_refused(manager, server, po
     }
     ticket = flight.Ticket(b'{"job_id":"job","result_id":"result","partition_number":0,'
                            b'"subpartition":0}')
-    for name, credentials in intruders.items():
+    for credentials in intruders.values():
         client = flight.FlightClient(location, **credentials)
         with pytest.raises(flight.FlightUnavailableError):
             client.do_get(ticket).read_all()
@@ -268,26 +315,28 @@ def test_a_client_without_the_cluster_certificate_is_refused(manager, server, po
 
 
 def test_a_subpartition_is_served_only_with_the_job_masters_ticket_for_it(manager, server, pool,
-                                                                          tmp_path):
+                                                                          watched_pool, tmp_path):
     """All TaskExecutors share a certificate, which the code of any job's tasks can read:
     without the ticket the JobMaster gave the consumer, it reads nothing, not even a
     reader parked for the rightful consumer."""
     partition = keyed_partition("pipelined", 2, tmp_path, 1 << 20)
     manager.register(partition)
-    rightful = remote(pool, server.address, 0, timeout=30)
+    rightful = remote(watched_pool, server.address, 0, timeout=60)
     polling = threading.Thread(target=lambda: rightful_rows.append(read_table(rightful)))
     rightful_rows: list[pa.Table] = []
-    polling.start()  # parks a reader for subpartition 0: there is no data yet
+    polling.start()
+    wait_for(lambda: watched_pool.count("result", "PartitionNotReady") >= 1, 60,
+             "a reader parked for the rightful consumer: there is no data yet")
     other_key = partition_ticket(b"another job's key".ljust(32, b"-"), "job", "result", 0, 0)
     forged = {"no ticket": b"", "another job's key": other_key,
               "subpartition 1's": ticket("result", 1), "garbage": b"\x00" * 32}
-    for name, wrong in forged.items():
+    for wrong in forged.values():
         with pytest.raises(PartitionFailed, match="ticket is not the JobMaster's"):
             list(remote(pool, server.address, 0, with_ticket=wrong).read())
     partition.emit(0, make_batch(0))
     partition.emit(1, make_batch(1))
     partition.finish()
-    polling.join(30)
+    polling.join(60)
     assert [t.equals(expected(0, 1)) for t in rightful_rows] == [True]
     assert read_table(remote(pool, server.address, 1)).equals(expected(1, 1))
     # A partition made without the job's key is served to nobody.
@@ -318,8 +367,7 @@ def test_backpressure_across_flight_keeps_the_producers_buffer_bounded(manager, 
     big = pa.record_batch({"x": pa.array(range(8192), pa.int64())})  # 64 KiB
     partition = keyed_partition("pipelined", 1, tmp_path, bound)
     manager.register(partition)
-    emitted, consumed, max_buffered = [0], [0], [0]
-    done = threading.Event()
+    emitted, max_buffered, last_seen = [0], [0], [-1]
 
     def produce():
         for _ in range(300):
@@ -327,20 +375,23 @@ def test_backpressure_across_flight_keeps_the_producers_buffer_bounded(manager, 
             emitted[0] += 1
         partition.finish()
 
-    def watch():
-        while not done.is_set():
-            max_buffered[0] = max(max_buffered[0], partition.buffered_bytes(0))
-            time.sleep(0.001)
+    def held_back() -> bool:
+        """The producer ran ahead as far as it can: its subpartition holds more than its
+        bound, so its next emit waits, and it emitted nothing since the last look, so
+        the server takes nothing either: the stream in between is full. Or it is done."""
+        buffered = partition.buffered_bytes(0)
+        max_buffered[0] = max(max_buffered[0], buffered)
+        moved, last_seen[0] = emitted[0] != last_seen[0], emitted[0]
+        return (buffered > bound and not moved) or emitted[0] == 300
 
     threading.Thread(target=produce, daemon=True).start()
-    threading.Thread(target=watch, daemon=True).start()
-    ahead = []
-    for batch in remote(pool, server.address).read():
-        consumed[0] += 1
-        ahead.append(emitted[0] - consumed[0])
-        time.sleep(0.01 if consumed[0] < 60 else 0)
-    done.set()
-    assert consumed[0] == emitted[0] == 300
+    consumed, ahead = 0, []
+    for _ in remote(pool, server.address).read():
+        consumed += 1
+        if consumed <= 60:  # a slow consumer: it reads on once the producer is held back
+            wait_for(held_back, 60, "the producer held back by the consumer", poll=0.005)
+        ahead.append(emitted[0] - consumed)
+    assert consumed == emitted[0] == 300
     assert max_buffered[0] <= bound + big.nbytes
     # The slow consumer held the producer back: it ran ahead by no more than its bound,
     # the stream's 1 MiB receive window and a few batches in transit (20 + a few
@@ -352,14 +403,14 @@ def test_a_partition_that_never_appears_fails_after_the_timeout(server, pool):
     started = time.monotonic()
     with pytest.raises(PartitionNotFound, match=rf"result#0 of job job.*{server.address}.*1 s"):
         list(remote(pool, server.address, timeout=1.0).read())
-    assert 1.0 <= time.monotonic() - started < 4
+    assert time.monotonic() - started >= 1.0  # it asked until its timeout
 
 
-def test_an_unreachable_task_executor_fails_the_channel_at_once(pool):
-    started = time.monotonic()
+def test_an_unreachable_task_executor_fails_the_channel_at_once(watched_pool):
     with pytest.raises(PartitionFailed, match=r"result#0 of job job.*127.0.0.1:1 is unreachable"):
-        list(remote(pool, "127.0.0.1:1").read())
-    assert time.monotonic() - started < 5
+        list(remote(watched_pool, "127.0.0.1:1").read())
+    # At once: after its one request, not after asking again until its timeout.
+    assert watched_pool.answers == [("result", "PartitionFailed")]
 
 
 def test_a_malformed_ticket_gets_a_clear_error(server, pool):
@@ -367,56 +418,73 @@ def test_a_malformed_ticket_gets_a_clear_error(server, pool):
         pool.client(server.address).do_get(flight.Ticket(b"not json")).read_all()
 
 
-def test_closing_a_gate_cancels_remote_reads_and_frees_the_producer(manager, server, pool, tmp_path):
+def test_closing_a_gate_cancels_remote_reads_and_frees_the_producer(manager, security,
+                                                                   watched_pool, tmp_path):
+    """Nothing but the close ends the reads and frees the producers: no partition ends,
+    and the server keeps a parked reader for an hour."""
     waiting = keyed_partition("pipelined", 1, tmp_path, 1024, "waiting")
     streaming = keyed_partition("pipelined", 1, tmp_path, 1024, "streaming")
     for partition in (waiting, streaming):
         manager.register(partition)
     streaming.emit(0, make_batch(0))
-    gate = InputGate([remote(pool, server.address, result=r) for r in ("waiting", "streaming")])
-    outcome = []
+    with DataServer(manager, security, "127.0.0.1", park_timeout=3600) as server:
+        gate = InputGate([remote(watched_pool, server.address, result=r)
+                          for r in ("waiting", "streaming")])
+        read, outcome = [], []
 
-    def consume():
-        try:
-            for _ in gate:
-                pass
-        except PartitionReleased as error:
-            outcome.append(error)
-    consumer = threading.Thread(target=consume)
-    consumer.start()
-    time.sleep(1.0)  # one channel polls an empty partition, one streams
-    started = time.monotonic()
-    gate.close()
-    consumer.join(3)
-    assert outcome and time.monotonic() - started < 1
-    assert gate.join(3)
-    # The server let go of both subpartitions at once (long before its 5 s park
-    # timeout): emitting no longer waits for anyone.
-    deadline = time.monotonic() + 2
-    for partition in (waiting, streaming):
-        for i in range(10):
-            emitter = threading.Thread(target=partition.emit, args=(0, make_batch(i)), daemon=True)
-            emitter.start()
-            emitter.join(max(0.0, deadline - time.monotonic()))
-            assert not emitter.is_alive(), f"{partition} still holds its producer back"
-        assert partition.buffered_bytes() == 0
+        def consume():
+            try:
+                for event in gate:
+                    read.append(event)
+            except PartitionReleased as error:
+                outcome.append(error)
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        wait_for(lambda: watched_pool.count("waiting", "PartitionNotReady") >= 1 and read, 60,
+                 "one channel polling an empty partition, one streaming")
+        gate.close()
+        consumer.join(60)
+        assert outcome, "the consumer's iteration did not end"
+        assert gate.join(60), "a channel's thread did not stop"
+        # The server let go of both subpartitions: emitting no longer waits for anyone.
+        for partition in (waiting, streaming):
+            for i in range(10):
+                emitter = threading.Thread(target=partition.emit, args=(0, make_batch(i)),
+                                           daemon=True)
+                emitter.start()
+                emitter.join(60)
+                assert not emitter.is_alive(), f"{partition} still holds its producer back"
+            assert partition.buffered_bytes() == 0
+
+
+def park_a_reader(pool, server: DataServer, result: str) -> None:
+    """One poll of a consumer for subpartition 0 of pid(result), which has no data: the
+    server answers so and keeps a reader for the consumer's next poll."""
+    request = SubpartitionRequest.of(pid(result), 0, ticket(result), wait=0.1)
+    with pytest.raises(flight.FlightServerError, match="has no data yet"):
+        pool.client(server.address).do_get(flight.Ticket(request.encode()))
 
 
 def test_a_consumer_that_stops_polling_lets_go_of_its_subpartition(manager, security, pool,
                                                                   tmp_path):
+    # While the server keeps the reader (its park timeout far off), the reader holds the
+    # data for its consumer, as a reading consumer would: the producer's next emit waits.
+    held = keyed_partition("pipelined", 1, tmp_path, 0, "held")
+    manager.register(held)
+    with DataServer(manager, security, "127.0.0.1", park_timeout=3600) as server:
+        park_a_reader(pool, server, "held")
+        held.emit(0, make_batch(0))
+        assert held.buffered_bytes() == make_batch(0).nbytes  # more than its bound of 0
+    # Once the consumer stops polling, the server gives up on it (park_timeout) and
+    # closes the reader: the data goes and the producer is free.
     partition = keyed_partition("pipelined", 1, tmp_path, 0)
     manager.register(partition)
     with DataServer(manager, security, "127.0.0.1", park_timeout=0.3) as server:
-        request = SubpartitionRequest.of(pid(), 0, ticket(), wait=0.1)
-        with pytest.raises(flight.FlightServerError, match="has no data yet"):
-            # the server now holds a reader
-            pool.client(server.address).do_get(flight.Ticket(request.encode()))
+        park_a_reader(pool, server, "result")
         partition.emit(0, make_batch(0))
         blocked = threading.Thread(target=partition.emit, args=(0, make_batch(1)), daemon=True)
         blocked.start()
-        blocked.join(0.1)
-        assert blocked.is_alive()  # waits for the consumer to read
-        blocked.join(3)  # ... until the server gives up on the consumer
+        blocked.join(60)
         assert not blocked.is_alive() and partition.buffered_bytes() == 0
 
 
@@ -428,11 +496,12 @@ def test_shutting_the_server_down_ends_its_streams(manager, security, pool, tmp_
     server.serve()
     batches = remote(pool, server.address).read()
     next(batches)
-    started = time.monotonic()
     server.shutdown()
-    assert time.monotonic() - started < 2
     with pytest.raises((PartitionReleased, PartitionFailed)):
         next(batches)
+    # It closed the stream's reader: what the producer emits now is dropped.
+    partition.emit(0, make_batch(1))
+    assert partition.buffered_bytes() == 0
 
 
 def test_one_client_per_task_executor_is_shared(pool, server):
