@@ -155,12 +155,39 @@ class _Dispatch(grpc.GenericRpcHandler):
             functools.partial(self._service._handle, endpoint, method))
 
 
-class RpcService:
+class EndpointRegistry:
+    """The endpoints a process hosts, by name, and proxies to other processes' ones: what
+    an RpcService is whatever carries its calls (gRPC here, the in-process network of
+    tests/harness). A subclass carries a proxy's calls (`call`)."""
+
+    def __init__(self) -> None:
+        self._endpoints: dict[str, tuple[type, object]] = {}
+
+    def register(self, name: str, protocol: type, endpoint: object) -> None:
+        if name in self._endpoints:
+            raise ValueError(f"endpoint {name!r} already registered")
+        gateway_methods(protocol)  # validates the protocol
+        self._endpoints[name] = (protocol, endpoint)
+
+    def unregister(self, name: str) -> None:
+        self._endpoints.pop(name, None)
+
+    def connect(self, address: str, endpoint: str, protocol: type) -> Any:
+        """A proxy for the endpoint `endpoint` at `address`, typed as `protocol`."""
+        return proxy_class(protocol)(self, address, endpoint)
+
+    async def call(self, address: str, endpoint: str, method: GatewayMethod, request: Any,
+                   timeout: float | None) -> Any:
+        raise NotImplementedError
+
+
+class RpcService(EndpointRegistry):
     """The server and client side of one process's control-plane RPC. A server's
     `security` names `host` (ClusterSecurity.for_host): its clients check that name."""
 
     def __init__(self, security: ClusterSecurity, host: str = "127.0.0.1", port: int = 0,
                  max_message_size: int = 64 << 20, ask_timeout: float = 10.0) -> None:
+        super().__init__()
         self.security = security
         self.host = host
         self.ask_timeout = ask_timeout
@@ -169,7 +196,6 @@ class RpcService:
             ("grpc.max_receive_message_length", max_message_size),
             ("grpc.max_send_message_length", max_message_size),
         ]
-        self._endpoints: dict[str, tuple[type, object]] = {}
         self._channels: dict[tuple[str, str | None], grpc.aio.Channel] = {}
         self._server: grpc.aio.Server | None = None
         self._address: str | None = None
@@ -198,19 +224,6 @@ class RpcService:
         self._channels.clear()
         if self._server is not None:
             await self._server.stop(grace)
-
-    def register(self, name: str, protocol: type, endpoint: object) -> None:
-        if name in self._endpoints:
-            raise ValueError(f"endpoint {name!r} already registered")
-        gateway_methods(protocol)  # validates the protocol
-        self._endpoints[name] = (protocol, endpoint)
-
-    def unregister(self, name: str) -> None:
-        self._endpoints.pop(name, None)
-
-    def connect(self, address: str, endpoint: str, protocol: type) -> Any:
-        """A proxy for the endpoint `endpoint` at `address`, typed as `protocol`."""
-        return proxy_class(protocol)(self, address, endpoint)
 
     async def call(self, address: str, endpoint: str, method: GatewayMethod, request: Any,
                    timeout: float | None) -> Any:

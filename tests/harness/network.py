@@ -32,8 +32,7 @@ import grpc
 from flinkyarn.clock import Clock
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.errors import RpcError, from_status
-from flinkyarn.rpc.service import (GatewayMethod, answer_to_error, gateway_methods,
-                                   handle_call, proxy_class)
+from flinkyarn.rpc.service import EndpointRegistry, GatewayMethod, answer_to_error, handle_call
 
 log = logging.getLogger(__name__)
 
@@ -115,20 +114,20 @@ class InProcessNetwork:
             await self._healed.wait()
 
 
-class InProcessRpcService:
+class InProcessRpcService(EndpointRegistry):
     """A process's RpcService on the in-process network (see the module docstring)."""
 
     security = None  # nothing to encrypt in-process
 
     def __init__(self, network: InProcessNetwork, address: str, role: str, ask_timeout: float,
                  max_message_size: int) -> None:
+        super().__init__()
         self.network = network
         self.role = role
         self.ask_timeout = ask_timeout
         self.max_message_size = max_message_size
         self.address: str | None = None
         self._reserved_address = address
-        self._endpoints: dict[str, tuple[type, object]] = {}
         self._serving: set[asyncio.Task[Any]] = set()
         self.up = False
         self.killed = False
@@ -145,18 +144,6 @@ class InProcessRpcService:
 
     async def stop(self, grace: float = 1.0) -> None:
         self.up = False
-
-    def register(self, name: str, protocol: type, endpoint: object) -> None:
-        if name in self._endpoints:
-            raise ValueError(f"endpoint {name!r} already registered")
-        gateway_methods(protocol)  # validates the protocol, as RpcService does
-        self._endpoints[name] = (protocol, endpoint)
-
-    def unregister(self, name: str) -> None:
-        self._endpoints.pop(name, None)
-
-    def connect(self, address: str, endpoint: str, protocol: type) -> Any:
-        return proxy_class(protocol)(self, address, endpoint)
 
     async def call(self, address: str, endpoint: str, method: GatewayMethod, request: Any,
                    timeout: float | None) -> Any:
