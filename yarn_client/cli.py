@@ -53,6 +53,10 @@ def load_configuration(properties: tuple[str, ...]) -> Configuration:
         raise click.UsageError(str(error)) from None
 
 
+# How long the clean-up after an interrupt waits for each answer of a local cluster.
+INTERRUPT_TIMEOUT = 10.0
+
+
 class LocalTargetExecutor:
     """Starts the local cluster on the program's first job and keeps it for the rest."""
 
@@ -75,15 +79,19 @@ class LocalTargetExecutor:
         return result
 
     def cancel_running(self) -> None:
+        """After an interrupt: cancels the jobs still running. An AppMaster that does not
+        answer within INTERRUPT_TIMEOUT is not waited for longer: `stop` ends it anyway."""
         if self._executor is None:
             return
+        rest = self._executor.rest
         for job_id in self._executor.submitted:
             try:
-                if self._executor.rest.job(job_id).status not in ("FINISHED", "FAILED", "CANCELED"):
-                    self._executor.rest.cancel(job_id)
+                if rest.job(job_id, INTERRUPT_TIMEOUT).status not in ("FINISHED", "FAILED",
+                                                                      "CANCELED"):
+                    rest.cancel(job_id, INTERRUPT_TIMEOUT)
                     click.echo(f"cancelled job {job_id}", err=True)
-            except RestError:
-                pass
+            except RestError as error:
+                click.echo(f"could not cancel job {job_id}: {error}", err=True)
 
     def stop(self) -> None:
         self.cluster.stop()

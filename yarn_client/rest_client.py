@@ -47,8 +47,8 @@ class RestClient:
             reason = getattr(error, "reason", error)
             raise RestError(f"cannot reach the AppMaster at {self.address}: {reason}") from None
 
-    def _get(self, path: str, kind: Any) -> Any:
-        return msgspec.json.decode(self._request("GET", path), type=kind)
+    def _get(self, path: str, kind: Any, timeout: float | None = None) -> Any:
+        return msgspec.json.decode(self._request("GET", path, timeout=timeout), type=kind)
 
     def submit(self, graph: JobGraph) -> str:
         data = self._request("POST", "/jobs", codec.encode(SubmitJob(graph)), "application/msgpack")
@@ -57,8 +57,8 @@ class RestClient:
     def jobs(self) -> JobList:
         return self._get("/jobs", JobList)
 
-    def job(self, job_id: str) -> JobDetails:
-        return self._get(f"/jobs/{job_id}", JobDetails)
+    def job(self, job_id: str, timeout: float | None = None) -> JobDetails:
+        return self._get(f"/jobs/{job_id}", JobDetails, timeout)
 
     def output(self, job_id: str, after: int = 0) -> JobOutputView:
         return self._get(f"/jobs/{job_id}/output?after={after}", JobOutputView)
@@ -66,8 +66,8 @@ class RestClient:
     def overview(self) -> ClusterOverview:
         return self._get("/overview", ClusterOverview)
 
-    def cancel(self, job_id: str) -> None:
-        self._request("POST", f"/jobs/{job_id}/cancel", b"")
+    def cancel(self, job_id: str, timeout: float | None = None) -> None:
+        self._request("POST", f"/jobs/{job_id}/cancel", b"", timeout=timeout)
 
     def shutdown_cluster(self) -> None:
         self._request("DELETE", "/cluster", timeout=10)

@@ -40,6 +40,12 @@ job.execute()
 """
 
 
+def cluster_logs(tmp_path: Path, lines: int = 40) -> str:
+    """The last lines of each log of the local clusters started with TMPDIR=tmp_path."""
+    return "\n".join(f"--- {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+                     for log in sorted(tmp_path.glob("flinkyarn-local-*/**/*.log")))
+
+
 def run_cli(*args, tmp_path, timeout=120):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     return subprocess.run([*FLINKYARN, *args], capture_output=True, text=True, cwd=REPO,
@@ -124,7 +130,11 @@ def test_a_client_ended_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, 
                  "the client following the running job")
         assert list(tmp_path.glob("flinkyarn-local-*/security/*key.pem"))
         process.send_signal(signum)
-        process.wait(timeout=60)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the client did not end within 60 s of {signal.Signals(signum).name}:"
+                        f"\n{stderr_file.read_text()}\n{cluster_logs(tmp_path)}")
     finally:
         if process.poll() is None:
             process.kill()
