@@ -40,6 +40,13 @@ job.execute()
 """
 
 
+def interruptible() -> None:
+    """The client as a terminal starts it: SIGINT at its default. A test run started in
+    the background of a shell (`.ci/run &`, nohup) ignores SIGINT, and its children
+    inherit that, as they should: such a client rightly ignores Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cluster_logs(tmp_path: Path, lines: int = 40) -> str:
     """The last lines of each log of the local clusters started with TMPDIR=tmp_path."""
     return "\n".join(f"--- {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
@@ -122,7 +129,7 @@ def test_a_client_ended_by_a_signal_leaves_nothing_running_or_on_disk(tmp_path, 
     with open(stderr_file, "w") as stderr:
         process = subprocess.Popen([*FLINKYARN, "run", "-t", "local", *FAST, str(program)],
                                    cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-                                   text=True)
+                                   text=True, preexec_fn=interruptible)
     try:
         wait_for(lambda: any("taskexecutor" in line for line in processes_mentioning(str(tmp_path))),
                  60, "a TaskExecutor")
