@@ -156,9 +156,10 @@ class _Dispatch(grpc.GenericRpcHandler):
 
 
 class EndpointRegistry:
-    """The endpoints a process hosts, by name, and proxies to other processes' ones: what
-    an RpcService is whatever carries its calls (gRPC here, the in-process network of
-    tests/harness). A subclass carries a proxy's calls (`call`)."""
+    """The endpoints a process hosts, by name, and proxies to other processes' endpoints:
+    the part of an RpcService that does not depend on what carries the calls (gRPC in
+    RpcService, the in-process network of tests/harness). A subclass carries a proxy's
+    calls (`call`)."""
 
     def __init__(self) -> None:
         self._endpoints: dict[str, tuple[type, object]] = {}
