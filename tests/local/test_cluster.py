@@ -129,8 +129,7 @@ def test_a_task_that_ignores_cancel_fails_its_task_executor_after_the_timeout(st
     cluster.rest.cancel(job_id)
 
     assert finished(cluster.rest, job_id).status == "CANCELED"
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
-             open(f"/proc/{pid}/stat").read().split()[2] == "Z", 60, "the TaskExecutor to exit")
+    wait_for(lambda: exited(pid), 60, "the TaskExecutor to exit")
     log = "".join(p.read_text() for p in cluster.taskexecutor_logs())
     assert "has not stopped" in log and "invokable(context)" in log  # where the thread was
     assert "fatal error, this TaskExecutor exits: task sleeps (1/1) #0 did not stop within 3 s" in log
@@ -271,6 +270,15 @@ def test_frozen_task_executor_is_declared_dead_and_registers_again_when_thawed(c
              == [resource_id], 60, "the thawed TaskExecutor to register again")
 
 
+def exited(pid: int) -> bool:
+    """The process is gone or a zombie. (It may vanish between looking and reading.)"""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def test_idle_task_executors_are_released_after_the_taskmanager_timeout(start_cluster, folder):
     cluster = start_cluster(**{"resourcemanager.taskmanager-timeout": "1 s"})
     job = JobBuilder("short")
@@ -281,8 +289,7 @@ def test_idle_task_executors_are_released_after_the_taskmanager_timeout(start_cl
 
     wait_for(lambda: not cluster.rest.overview().task_executors, 60,
              "the idle TaskExecutor to be released")
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
-             open(f"/proc/{pid}/stat").read().split()[2] == "Z", 60, "its process to exit")
+    wait_for(lambda: exited(pid), 60, "its process to exit")
 
 
 def test_task_executor_that_loses_only_its_resource_manager_registers_again_and_keeps_its_tasks(
