@@ -32,7 +32,11 @@ TEXT = "the quick brown fox\njumps over the lazy dog\nthe dog barks\n"
 # Executors so large (2816 MB heap + 384 MB overhead = 3200 MB) that no node (6144 MB)
 # holds two, while any node holds one beside the session's containers (AppMaster 768,
 # TaskExecutor 1280, Spark's AppMaster 896: 2944 MB): two executors are on two nodes.
-SPREAD = ["--num-executors", "2", "--executor-memory", "2816m"]
+# The driver waits for both (by default it starts after 30 s with one, and a slow second
+# executor, on a loaded machine, is then stopped before it ran anything).
+SPREAD = ["--num-executors", "2", "--executor-memory", "2816m",
+          "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+          "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=300s"]
 
 
 @pytest.fixture(scope="module")
