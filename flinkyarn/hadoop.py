@@ -75,18 +75,22 @@ def namenode_web_address(directory: Path | None = None) -> tuple[str, int]:
     return host, int(port)
 
 
-def hdfs(user: str | None = None, host: str | None = None) -> WebHDFS:
+def hdfs(user: str | None = None, host: str | None = None, fresh: bool = False) -> WebHDFS:
     """An fsspec filesystem for the cluster's HDFS, over WebHDFS, as Hadoop's own client
     would speak to it: on a secure cluster (hadoop.security.authentication=kerberos)
     with a delegation token where the process has one (a YARN container), else with the
     user's Kerberos ticket (SPNEGO); over HTTPS, checked against the truststore of
-    ssl-client.xml, where the web servers speak only that."""
+    ssl-client.xml, where the web servers speak only that. fsspec hands out one instance
+    per set of arguments; `fresh` makes one of its own (its own HTTP session and SPNEGO
+    state: what a thread needs that calls at the same time as others)."""
     from fsspec.implementations.webhdfs import WebHDFS
 
     from flinkyarn import kerberos
 
     web_host, port = namenode_web_address()
-    tls = {"use_https": True, "session_verify": kerberos.ca_bundle()} if https_only() else {}
+    tls: dict[str, object] = {"use_https": True, "session_verify": kerberos.ca_bundle()} if https_only() else {}
+    if fresh:
+        tls["skip_instance_cache"] = True
     if not kerberos.security_enabled():
         filesystem = WebHDFS(host=host or web_host, port=port, user=user or getpass.getuser(),
                              **tls)

@@ -84,11 +84,13 @@ def spark_master_url(master: str, cores: int) -> str:
 
 
 def log4j2_properties(log_file: Path, console: bool) -> str:
-    # The shell's logger at the root's level: Spark then leaves the console alone (no
-    # "Setting default log level" line).
+    # The shells' loggers at the root's level: Spark then leaves the console alone (no
+    # "Setting default log level" line; pyspark's JVM is PythonGatewayServer's).
     lines = ["rootLogger.level = info",
              "logger.repl.name = org.apache.spark.repl.Main",
              "logger.repl.level = info",
+             "logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer",
+             "logger.pyspark.level = info",
              "rootLogger.appenderRef.file.ref = file",
              "appender.file.type = File",
              "appender.file.name = file",
@@ -459,8 +461,26 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. A zombie does not count: the
+    driver's JVM, orphaned when the driver exits, is reaped by whatever adopts it (init,
+    which may take a second or more), and holds nothing but its process table entry."""
     try:
         os.killpg(pgid, 0)
-        return True
     except (ProcessLookupError, PermissionError):
         return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: whatever is in the group counts
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False

@@ -23,6 +23,8 @@ Everything here runs in the client, on its thread; HDFS is spoken over WebHDFS.
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import getpass
 import hashlib
 import importlib.metadata
@@ -161,23 +163,41 @@ class Staging:
         """Writes `local` to `target` atomically: into a unique partial name, then renamed;
         a concurrent upload of the same content loses the rename harmlessly."""
         partial = f"{target}.partial-{uuid.uuid4().hex[:8]}"
-        response = self.fs._call("CREATE", "put", partial, redirect=False, overwrite="false",
-                                 permission=mode)
-        location = self.fs._apply_proxy(response.headers["Location"])
         try:
-            with open(local, "rb") as data:
-                # The DataNode's URL carries what authenticates the write (on a secure
-                # cluster a delegation token the NameNode put in it): no SPNEGO there.
-                put = self.fs.session.put(
-                    location, data=_Progress(data, local.stat().st_size, self.say),
-                    headers={"content-type": "application/octet-stream"}, auth=_no_auth)
-            put.raise_for_status()
+            self._write(self.fs, local, partial, mode)
         except BaseException:
             self.remove_quietly(partial)
             raise
         renamed = self.fs._call("RENAME", "put", partial, destination=target).json()
         if not renamed.get("boolean"):
             self.fs.rm(partial)
+
+    def upload_new(self, files: dict[str, Path], mode: str = "600") -> None:
+        """Writes each local file of `files` to its target (the key) at once, for a folder
+        of this submit alone that nothing reads before the submit: in place, without
+        upload's partial name and rename, and concurrently, each with a filesystem of
+        its own. The caller removes the folder when this raises."""
+        def write(item: tuple[str, Path]) -> None:
+            target, local = item
+            self._write(hadoop.hdfs(self.user, fresh=True), local, target, mode)
+
+        with concurrent.futures.ThreadPoolExecutor(min(8, len(files) or 1),
+                                                   thread_name_prefix="upload") as pool:
+            for _ in pool.map(write, files.items()):  # the first error raises
+                pass
+
+    def _write(self, fs, local: Path, target: str, mode: str) -> None:
+        """WebHDFS CREATE of `target` (never over an existing file) with `local`'s bytes."""
+        response = fs._call("CREATE", "put", target, redirect=False, overwrite="false",
+                            permission=mode)
+        location = fs._apply_proxy(response.headers["Location"])
+        with open(local, "rb") as data:
+            # The DataNode's URL carries what authenticates the write (on a secure
+            # cluster a delegation token the NameNode put in it): no SPNEGO there.
+            put = fs.session.put(location, data=_Progress(data, local.stat().st_size, self.say),
+                                 headers={"content-type": "application/octet-stream"},
+                                 auth=_no_auth)
+        put.raise_for_status()
 
     def remove_quietly(self, path: str) -> None:
         """Best effort, on the way out of a failure that is the one to report."""

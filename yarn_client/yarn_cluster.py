@@ -201,11 +201,12 @@ class YarnClusterDescriptor:
                 ClusterSecurity.generate(work / "security")
                 credentials = f"{staging.root}/clusters/{new_id()}"
                 staging.private_folder(credentials)
-                for name, source in _staged_security(work / "security").items():
-                    staging.upload(source, f"{credentials}/{name}")
+                uploads = {f"{credentials}/{name}": source
+                           for name, source in _staged_security(work / "security").items()}
                 keytab = self._keytab()
                 if keytab is not None:
-                    staging.upload(keytab, f"{credentials}/{KEYTAB}")
+                    uploads[f"{credentials}/{KEYTAB}"] = keytab
+                staging.upload_new(uploads)
             except OSError as error:  # WebHDFS: refused, unreachable, permission denied
                 raise YarnDeploymentError(
                     f"cannot ship to {staging.uri(staging.root)}: {error}") from None

@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from flinkyarn.jobgraph import ShipStrategy, enum_value
@@ -163,6 +162,8 @@ def _hash_column(column: pa.Array) -> np.ndarray:
 
 
 def _hash_values(column: pa.Array) -> np.ndarray:
+    import pandas as pd  # half of a TaskExecutor's imports: loaded when a hash exchange runs
+
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
             or pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         # Strings become Python objects on the way to numpy; hash each distinct value

@@ -4,11 +4,13 @@ attached client prints of it, spark-submit's options, and the driver's helpers."
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import pytest
 
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
-from taskexecutor.pyspark_driver import last_traceback, log4j2_properties
+from taskexecutor.pyspark_driver import _group_alive, last_traceback, log4j2_properties
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
 from yarn_client.spark_submit import (SparkSubmitError, SparkSubmitOptions, master, memory_mib,
@@ -95,3 +97,26 @@ def test_driver_helpers():
     quiet = log4j2_properties("/logs/spark-j.log", console=False)
     assert "fileName = /logs/spark-j.log" in quiet and "Console" not in quiet
     assert "threshold.level = warn" in log4j2_properties("/l", console=True)
+    # pyspark's JVM is PythonGatewayServer: at the root's level it prints no "Setting
+    # default log level" line to the script's stderr.
+    assert "logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer" in quiet
+
+
+def test_a_driver_group_of_zombies_has_ended():
+    """A driver's JVM outlives the driver by a moment and is then a zombie until whatever
+    adopted it reaps it; the task must not wait for that."""
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                               process_group=0)
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], process_group=0)
+    try:
+        assert _group_alive(running.pid)
+        # `ended` exits and stays a zombie of its group until this process waits for it.
+        with open(f"/proc/{ended.pid}/stat") as stat:
+            while stat.seek(0) == 0 and stat.read().rpartition(")")[2].split()[0] != "Z":
+                pass
+        assert not _group_alive(ended.pid)
+    finally:
+        running.kill()
+        running.wait()
+        ended.wait()
+    assert not _group_alive(ended.pid) and not _group_alive(running.pid)

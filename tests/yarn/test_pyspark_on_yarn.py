@@ -85,6 +85,27 @@ def reference_output(script: str, tmp_path: Path) -> str:
     return result.stdout
 
 
+def executor_containers(app_id: str, count: int) -> dict[str, str]:
+    """{container: host} of the executors of Spark application `app_id` (every container
+    but its AppMaster's), as YARN's aggregated logs list them, once `count` are there:
+    each node hands in its logs on its own, and `yarn logs` shows a header per log file,
+    so the headers' number says nothing of how many containers ran."""
+    found: dict[str, str] = {}
+
+    def listed() -> bool:
+        logs = application_logs(app_id, "Container: container_")
+        found.update((container, host) for container, host in re.findall(
+            r"Container: (container_\w+) on ([\d.]+)_\d+", logs)
+            if not container.endswith("_000001"))
+        return len(found) >= count
+
+    try:
+        wait_for(listed, 120, f"{count} executor containers in the logs of {app_id}", poll=2.0)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; found {found}") from None
+    return found
+
+
 def printed(stdout: str) -> list[str]:
     """The script's lines on stdout: all but flinkyarn's result line at the end."""
     return [line for line in stdout.splitlines()
@@ -101,10 +122,8 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     assert report["finalStatus"] == "SUCCEEDED" and report["applicationType"] == "SPARK"
     assert session.lower() in report["applicationTags"].split(",")
     assert report["queue"].endswith("default")
-    logs = application_logs(spark_app, "Container: container_", 3)
-    hosts = {host for container, host in re.findall(
-        r"Container: (container_\w+) on ([\d.]+)_\d+", logs) if not container.endswith("_000001")}
-    assert len(hosts) == 2, f"executors on {hosts}"
+    executors = executor_containers(spark_app, 2)
+    assert len(set(executors.values())) == 2, f"executors on {executors}"
 
     # wordcount.py: exact counts, on a file of HDFS.
     base = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
