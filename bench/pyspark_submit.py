@@ -1,11 +1,14 @@
 """`flinkyarn run --pyspark` against spark-submit from the same pyspark (issue 19), as
 ratios of times measured in the same run, interleaved round by round.
 
-Spark's own example `pi.py 100`, submit to exit, four pairs:
-- per-job, default path (Spark's executors on YARN)   vs spark-submit --master yarn
+Spark's own example `pi.py 100`, submit to exit, five pairs:
+- per-job, default path (Spark's executors on YARN, dynamic allocation from 2 to 4)
+                                                      vs spark-submit --master yarn
   --deploy-mode cluster with spark.yarn.archive on HDFS (our cache's jars archive, so
   neither uploads jars), pyspark's archives from there too (PYSPARK_ARCHIVES_PATH), and
   the same Python environment archive for its driver and executors;
+- per-job, Spark on YARN with --num-executors 2 (spark-submit's own default: two fixed
+  executors)                                          vs that spark-submit;
 - per-job with -D pyspark.master=local                vs that spark-submit;
 - into a warm session (its TaskExecutor kept, one slot), -D pyspark.master=local vs that
   spark-submit;
@@ -87,8 +90,14 @@ def main() -> None:
                               "-D", "taskmanager.numberOfTaskSlots=1"],
                              capture_output=True, text=True, cwd=REPO,
                              check=True).stdout.strip().splitlines()[-1]
+    # Warm: its TaskExecutor is up (the first job of a session asks YARN for it).
+    timed([*CLI, "run", "-t", "yarn-session", "--application-id", session, "--pyspark",
+           "-D", "pyspark.master=local", str(PI), "2"])
     pairs = {
         "per-job, Spark on YARN": [*CLI, "run", "-t", "yarn-per-job", "--pyspark", str(PI), "100"],
+        # spark-submit's own executor policy (two, fixed) instead of dynamic allocation.
+        "per-job, Spark on YARN, --num-executors 2": [
+            *CLI, "run", "-t", "yarn-per-job", "--pyspark", "--num-executors", "2", str(PI), "100"],
         "per-job, pyspark.master=local": [*CLI, "run", "-t", "yarn-per-job", "--pyspark",
                                           "-D", "pyspark.master=local", str(PI), "100"],
         "warm session, pyspark.master=local": [*CLI, "run", "-t", "yarn-session",

@@ -1,6 +1,7 @@
 """`python -m yarn_am --security-dir DIR --work-dir DIR [--info-file F] [--client-pipe FD
-[--orphan-removes DIR]] [-D k=v ...]`: an AppMaster whose TaskExecutors are local
-processes (the `local` target).
+[--orphan-removes DIR]] [--start-workers N] [-D k=v ...]`: an AppMaster whose
+TaskExecutors are local processes (the `local` target); N of them (default 0) start with
+it, the others when jobs need their slots.
 
 A local AppMaster dies with the client that started it: the client holds the write end
 of a pipe whose read end is `--client-pipe`, and when the client is gone, however it
@@ -29,6 +30,7 @@ from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity
 from flinkyarn.scratch import process_scratch
 from yarn_am.appmaster import AppMaster, appmaster_security
 from yarn_am.resourcemanager.local_driver import LocalProcessDriver
+from yarn_am.resourcemanager.resource_manager import ResourceManagerConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--info-file", type=Path)
     parser.add_argument("--client-pipe", type=int)
     parser.add_argument("--orphan-removes", type=Path)
+    parser.add_argument("--start-workers", type=int, default=0)
     parser.add_argument("-D", dest="properties", action="append", default=[])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -48,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as error:
         logging.error("%s", error)
         return 2
+    worker = ResourceManagerConfig.from_configuration(conf).worker
     driver = LocalProcessDriver(args.security_dir / TASKEXECUTOR_DIR, args.work_dir / "logs",
-                                properties)
+                                properties, start_workers=(worker,) * args.start_workers)
     with process_scratch(conf, "flinkyarn-appmaster-") as scratch:
         security = appmaster_security(conf, ClusterSecurity.load(args.security_dir),
                                       scratch.root / "security")

@@ -61,7 +61,8 @@ class LocalTargetExecutor:
     """Starts the local cluster on the program's first job and keeps it for the rest."""
 
     def __init__(self, conf: Configuration) -> None:
-        self.cluster = LocalCluster(conf)
+        # Started for the job at hand: its first TaskExecutor starts with the AppMaster.
+        self.cluster = LocalCluster(conf, start_workers=1)
         self.results: list[JobResult] = []
         self._executor: ClusterExecutor | None = None
 

@@ -134,6 +134,6 @@ class StandaloneLocalExecutor:
         from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
 
         outputs.check(graph.outputs)  # OutputExistsError before a cluster is started
-        with LocalCluster(Configuration.load()) as cluster:
+        with LocalCluster(Configuration.load(), start_workers=1) as cluster:
             assert cluster.rest is not None  # started by `with`
             return ClusterExecutor(cluster.rest).execute(graph)

@@ -38,9 +38,12 @@ class ClusterStartError(RuntimeError):
 
 class LocalCluster:
     def __init__(self, conf: Configuration, work_dir: Path | None = None,
-                 keep_work_dir: bool = False) -> None:
+                 keep_work_dir: bool = False, start_workers: int = 0) -> None:
+        """`start_workers` TaskExecutors start with the AppMaster (for a cluster started
+        for a job that is about to come); the others when jobs need slots."""
         options.check_cluster_options(conf)  # ConfigurationError before anything is made
         self.conf = conf
+        self.start_workers = start_workers
         self._own_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="flinkyarn-local-"))
         self._keep = keep_work_dir
@@ -68,7 +71,7 @@ class LocalCluster:
             command += ["-D", f"{key}={value}"]
         # The AppMaster's watchdog on this process: EOF on the pipe, however we end.
         watched, self._lifeline = os.pipe()
-        command += ["--client-pipe", str(watched)]
+        command += ["--client-pipe", str(watched), "--start-workers", str(self.start_workers)]
         if not self._keep:
             command += ["--orphan-removes",
                         str(self.work_dir if self._own_dir else self.scratch_dir)]

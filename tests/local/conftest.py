@@ -48,9 +48,10 @@ def task_executor_security(cluster: LocalCluster) -> ClusterSecurity:
 def start_cluster(tmp_path):
     clusters = []
 
-    def start(**overrides) -> LocalCluster:
+    def start(start_workers: int = 0, **overrides) -> LocalCluster:
         conf = Configuration.load(overrides={**FAST, **overrides})
-        cluster = LocalCluster(conf, work_dir=tmp_path / f"cluster-{len(clusters)}")
+        cluster = LocalCluster(conf, work_dir=tmp_path / f"cluster-{len(clusters)}",
+                               start_workers=start_workers)
         clusters.append(cluster)
         cluster.start()
         return cluster

@@ -52,6 +52,20 @@ def test_task_executors_register_with_their_slots(cluster, folder):
     assert timeouts and all("resourcemanager-" in line for line in timeouts), timeouts
 
 
+def test_a_cluster_started_for_a_job_has_its_first_task_executor_before_the_job(
+        start_cluster, folder):
+    # As the local target starts it: its job need not wait for a TaskExecutor's start.
+    cluster = start_cluster(start_workers=1)
+    [first] = wait_for(lambda: cluster.rest.overview().task_executors, 60,
+                       "a TaskExecutor registered with no job submitted")
+    assert cluster.rest.jobs().jobs == [] and [s.index for s in first.slots] == [0, 1]
+    job = JobBuilder("two tasks")
+    job.add_vertex("only", jobs.quick(folder), parallelism=2)
+    assert finished(cluster.rest, cluster.rest.submit(job.build())).status == "FINISHED"
+    # Its slots served the job: no other TaskExecutor was started for it.
+    assert [te.resource_id for te in cluster.rest.overview().task_executors] == [first.resource_id]
+
+
 def test_multi_vertex_job_with_parallelism_runs_every_subtask_to_finished(cluster, folder):
     job = JobBuilder("three vertices", schedule_mode="lazy_from_sources")
     a = job.add_vertex("a", jobs.quick(folder), parallelism=3)

@@ -2,6 +2,11 @@
 
 Children ask for a parent-death signal (`--die-with-parent`), so they die with the
 AppMaster even when it is killed outright; nothing of a local cluster outlives it.
+
+`start_workers` TaskExecutors of the configured spec start with the AppMaster, as a
+Flink MiniCluster starts its TaskManagers: a cluster started for a program's job (the
+`local` target) does not make that job wait for a process start. `initialize` returns
+them, so the ResourceManager counts them as requested.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ log = logging.getLogger(__name__)
 
 class LocalProcessDriver:
     def __init__(self, security_dir: Path, log_dir: Path, properties: dict[str, str],
-                 stop_grace: float = 5.0) -> None:
+                 stop_grace: float = 5.0, start_workers: tuple[WorkerSpec, ...] = ()) -> None:
         """`security_dir`: the TaskExecutors' files (security.TASKEXECUTOR_DIR of the
-        client's), all that a TaskExecutor gets."""
+        client's), all that a TaskExecutor gets; `start_workers`: the workers to start
+        with the AppMaster."""
+        self._start_workers = start_workers
         self._security_dir = security_dir
         self._log_dir = log_dir
         self._properties = properties
@@ -41,7 +48,7 @@ class LocalProcessDriver:
                          spawn: Spawn) -> list[str]:
         self._handler, self._address, self._spawn = handler, resource_manager_address, spawn
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        return []
+        return [self.request_worker(spec) for spec in self._start_workers]
 
     def request_worker(self, spec: WorkerSpec) -> str:
         self._count += 1
