@@ -81,7 +81,11 @@ EXAMPLES_RUN = [
     ("sql/basic.py", [], "sorted"),  # groupBy().count().show() rows in shuffle order
     ("sql/arrow.py", [], "shape"),  # pandas frames of random numbers
     ("ml/pipeline_example.py", [], "close"),  # floats summed in another order
+    ("ml/binarizer_example.py", [], "same"),
+    ("ml/min_max_scaler_example.py", [], "same"),
     ("mllib/correlations_example.py", [], "same"),  # SparkContext(appName=...) style
+    ("mllib/kernel_density_estimation_example.py", [], "close"),
+    ("mllib/multi_label_metrics_example.py", [], "close"),
     ("status_api_demo.py", ["--master", "local[10]"],
      lambda out: "status:  RUNNING" in out and sorted(eval(out.split("Job results are: ")[1]))
      == [(i, 1) for i in range(10)]),
