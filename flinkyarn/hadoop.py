@@ -88,7 +88,9 @@ def hdfs(user: str | None = None, host: str | None = None, fresh: bool = False) 
     from flinkyarn import kerberos
 
     web_host, port = namenode_web_address()
-    tls: dict[str, object] = {"use_https": True, "session_verify": kerberos.ca_bundle()} if https_only() else {}
+    tls: dict[str, object] = {}
+    if https_only():
+        tls.update(use_https=True, session_verify=kerberos.ca_bundle())
     if fresh:
         tls["skip_instance_cache"] = True
     if not kerberos.security_enabled():

@@ -24,7 +24,6 @@ Everything here runs in the client, on its thread; HDFS is spoken over WebHDFS.
 from __future__ import annotations
 
 import concurrent.futures
-
 import getpass
 import hashlib
 import importlib.metadata
