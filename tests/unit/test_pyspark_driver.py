@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from flinkyarn import retry
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from taskexecutor.pyspark_driver import _group_alive, last_traceback, log4j2_properties
 from yarn_am.jobmaster.job_output import JobOutput
@@ -111,9 +112,12 @@ def test_a_driver_group_of_zombies_has_ended():
     try:
         assert _group_alive(running.pid)
         # `ended` exits and stays a zombie of its group until this process waits for it.
-        with open(f"/proc/{ended.pid}/stat") as stat:
-            while stat.seek(0) == 0 and stat.read().rpartition(")")[2].split()[0] != "Z":
-                pass
+        def zombie() -> bool:
+            with open(f"/proc/{ended.pid}/stat") as stat:
+                return stat.read().rpartition(")")[2].split()[0] == "Z"
+
+        retry.poll_until(zombie, bool, pauses=retry.Backoff.fixed(0.01),
+                         deadline=retry.Deadline(30))
         assert not _group_alive(ended.pid)
     finally:
         running.kill()
