@@ -20,7 +20,11 @@ PySparkScript (flinkyarn/pipeline/pyspark_script.py).
   must outlive it.
 - The Spark application on YARN carries the tag `flinkyarn-task-<attempt>` (and
   `flinkyarn-job-<job>` and our application's id); it is found by that tag through the
-  ResourceManager's REST API and reported to the JobMaster.
+  ResourceManager's REST API and reported to the JobMaster, with its tracking URL
+  through YARN's web proxy. Its AM runs inside the driver (an unmanaged AM, which client
+  mode's AM may be: it only asks YARN for executors), so the executors are asked for
+  without a container and a JVM start first; the JobMaster kills the application if
+  the driver dies with its TaskExecutor.
 - Cancel: SIGTERM to the driver's process group (the Python driver, its JVM, local
   Python workers), SIGKILL after half of task.cancellation.timeout (at most 10 s), then
   the Spark application is killed through the ResourceManager if it still runs. The
@@ -77,6 +81,15 @@ def last_traceback(lines: list[str], most: int = 30) -> str:
         if lines[index].startswith("Traceback (most recent call last)"):
             return "\n".join(lines[index:][-most:])
     return "\n".join(lines[-10:])
+
+
+def proxied(app: dict) -> dict:
+    """The ResourceManager's report of a Spark application, its tracking URL through
+    YARN's web proxy: the RM gives an unmanaged AM's (the driver's UI, on a node's
+    address) as registered, but proxies it like any other."""
+    if app.get("unmanagedApplication") and app.get("trackingUrl"):
+        return {**app, "trackingUrl": f"{hadoop.rm_web_address()}/proxy/{app['id']}/"}
+    return app
 
 
 def spark_master_url(master: str, cores: int) -> str:
@@ -173,7 +186,10 @@ class PySparkDriver:
             archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
             if archives:
                 conf["spark.yarn.dist.archives"] = ",".join(archives)
-            # Client mode's Spark AM only asks YARN for executors: a lean JVM (as skein's).
+            # Client mode's Spark AM only asks YARN for executors: it runs inside the
+            # driver (an unmanaged AM), which spares a container and a JVM start before
+            # the first executor is asked for. With unmanagedAM=false, a lean JVM.
+            conf["spark.yarn.unmanagedAM.enabled"] = "true"
             conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
                 hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
             if "spark.executor.instances" not in user:
@@ -332,7 +348,7 @@ class PySparkDriver:
                 log.debug("cannot ask the ResourceManager for %s: %s", self.tag, error)
                 continue
             if found and found[0] != self.spark_application:
-                self.spark_application = found[0]
+                self.spark_application = proxied(found[0])
                 self._flush(self.spark_application)
                 if found[0].get("trackingUrl"):
                     return
@@ -428,7 +444,7 @@ class PySparkDriver:
                 return ""
             if not found:
                 return ""
-            app = self.spark_application = found[0]
+            app = self.spark_application = proxied(found[0])
             self._flush(app)
         app_id = app["id"]
         try:

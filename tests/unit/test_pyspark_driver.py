@@ -11,7 +11,9 @@ import pytest
 
 from flinkyarn import retry
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
-from taskexecutor.pyspark_driver import _group_alive, last_traceback, log4j2_properties
+from flinkyarn import hadoop
+from taskexecutor.pyspark_driver import (_group_alive, last_traceback, log4j2_properties,
+                                          proxied)
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
 from yarn_client.spark_submit import (SparkSubmitError, SparkSubmitOptions, master, memory_mib,
@@ -101,6 +103,20 @@ def test_driver_helpers():
     # pyspark's JVM is PythonGatewayServer: at the root's level it prints no "Setting
     # default log level" line to the script's stderr.
     assert "logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer" in quiet
+
+
+def test_an_unmanaged_spark_am_is_linked_through_the_proxy(monkeypatch):
+    """The RM reports an unmanaged AM's tracking URL as registered (the driver's UI on
+    its node); the job links it through YARN's web proxy, as any other application."""
+    monkeypatch.setattr(hadoop, "rm_web_address", lambda directory=None: "http://rm:8088")
+    unmanaged = {"id": "application_1_0002", "trackingUrl": "http://node7:4040",
+                 "unmanagedApplication": True}
+    assert proxied(unmanaged)["trackingUrl"] == "http://rm:8088/proxy/application_1_0002/"
+    managed = {"id": "application_1_0003", "unmanagedApplication": False,
+               "trackingUrl": "http://rm-host:8088/proxy/application_1_0003/"}
+    assert proxied(managed) == managed
+    accepted = {"id": "application_1_0004", "unmanagedApplication": True, "trackingUrl": ""}
+    assert proxied(accepted) == accepted  # not registered yet: nothing to link
 
 
 def test_a_driver_group_of_zombies_has_ended():

@@ -31,7 +31,7 @@ PEOPLE_TXT = "Michael, 29\nAndy, 30\nJustin, 19\n"
 TEXT = "the quick brown fox\njumps over the lazy dog\nthe dog barks\n"
 # Executors so large (2816 MB heap + 384 MB overhead = 3200 MB) that no node (6144 MB)
 # holds two, while any node holds one beside the session's containers (AppMaster 768,
-# TaskExecutor 1280, Spark's AppMaster 896: 2944 MB): two executors are on two nodes.
+# TaskExecutor 1280; Spark's AM runs in the driver): two executors are on two nodes.
 # The driver waits for both (by default it starts after 30 s with one, and a slow second
 # executor, on a loaded machine, is then stopped before it ran anything).
 SPREAD = ["--num-executors", "2", "--executor-memory", "2816m",
@@ -85,9 +85,10 @@ def reference_output(script: str, tmp_path: Path) -> str:
     return result.stdout
 
 
-def executor_containers(app_id: str, count: int) -> dict[str, str]:
+def executor_containers(app_id: str, count: int, unmanaged_am: bool) -> dict[str, str]:
     """{container: host} of the executors of Spark application `app_id` (every container
-    but its AppMaster's), as YARN's aggregated logs list them, once `count` are there:
+    but its AppMaster's, which an unmanaged AM has not), as YARN's aggregated logs list
+    them, once `count` are there:
     each node hands in its logs on its own, and `yarn logs` shows a header per log file,
     so the headers' number says nothing of how many containers ran."""
     found: dict[str, str] = {}
@@ -96,7 +97,7 @@ def executor_containers(app_id: str, count: int) -> dict[str, str]:
         logs = application_logs(app_id, "Container: container_")
         found.update((container, host) for container, host in re.findall(
             r"Container: (container_\w+) on ([\d.]+)_\d+", logs)
-            if not container.endswith("_000001"))
+            if unmanaged_am or not container.endswith("_000001"))
         return len(found) >= count
 
     try:
@@ -122,7 +123,13 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     assert report["finalStatus"] == "SUCCEEDED" and report["applicationType"] == "SPARK"
     assert session.lower() in report["applicationTags"].split(",")
     assert report["queue"].endswith("default")
-    executors = executor_containers(spark_app, 2)
+    # Its AM ran in the driver (no container of its own); the job links the application
+    # through YARN's web proxy all the same.
+    assert report["unmanagedApplication"] is True
+    job_id = re.search(r"submitted job (\w+) \(PySpark script pi.py\)", pi.stderr)[1]
+    assert yarn_cluster.connect(session).job(job_id).spark_tracking_url == \
+        f"{hadoop.rm_web_address()}/proxy/{spark_app}/"
+    executors = executor_containers(spark_app, 2, unmanaged_am=True)
     assert len(set(executors.values())) == 2, f"executors on {executors}"
 
     # wordcount.py: exact counts, on a file of HDFS.
@@ -145,7 +152,6 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     listed = flinkyarn("list", session)
     assert listed.returncode == 0, listed.stderr
     assert spark_app in listed.stdout
-    job_id = re.search(r"submitted job (\w+) \(PySpark script pi.py\)", pi.stderr)[1]
     job_logs = flinkyarn("logs", session, "--job", job_id)
     assert job_logs.returncode == 0, job_logs.stderr[-2000:]
     assert f"LogType:pyspark-{job_id}.log" in job_logs.stdout
@@ -251,3 +257,45 @@ def test_files_archives_and_py_files_reach_the_driver_from_the_cache(session, tm
                  "--archives", f"{tmp_path / 'bundle.zip'}#bundle", str(script))
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert printed(ran.stdout) == ["from --files from --py-files from --archives"]
+
+
+def test_a_driver_lost_with_its_taskexecutor_takes_its_spark_application_along(session, tmp_path):
+    """The Spark application's AM runs in the driver (unmanaged): when the driver dies
+    with its TaskExecutor and nothing of them can clean up (their node failed: here
+    SIGKILL to the TaskExecutor and to the driver's process group, its JVM too), YARN
+    would keep the application RUNNING until its AM expiry, ten minutes on. The
+    JobMaster kills it. (A driver's JVM that outlives its Python driver stops its
+    SparkContext and ends the application itself.)"""
+    import signal
+
+    script = tmp_path / "orphan.py"
+    script.write_text(WAITS)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session", "--application-id",
+         session, "--pyspark", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        def reported():
+            for job in yarn_cluster.connect(session).jobs().jobs:
+                details = yarn_cluster.connect(session).job(job.job_id)
+                if job.name == "PySpark script orphan.py" and details.status == "RUNNING" \
+                        and details.spark_application and "started" in details.output_tail:
+                    return details.spark_application
+            return None
+
+        spark_app = wait_for(reported, 300, "the script's Spark application", poll=1.0)
+        # The driver: python -m taskexecutor.pyspark_launcher TASKEXECUTOR_PID SCRIPT
+        [driver] = [p for p in processes_mentioning("pyspark_launcher") if "orphan.py" in p]
+        words = driver.split()
+        task_executor = int(words[words.index("taskexecutor.pyspark_launcher") + 1])
+        os.killpg(int(driver.split(":")[0]), signal.SIGKILL)  # the driver leads its group
+        os.kill(task_executor, signal.SIGKILL)
+        out, err = client.communicate(timeout=180)
+    finally:
+        client.kill()
+    assert client.returncode == 1 and "FAILED" in out, err[-3000:]
+    report = yarn_cluster.wait_for_end(spark_app, 60)
+    assert report["state"] == "KILLED", report
+    wait_for(lambda: not running_containers(spark_app), 60, "no container of the Spark "
+             "application running", poll=1.0)
+    assert processes_mentioning("orphan.py") == []

@@ -38,8 +38,8 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlot
                                                  ResourceManagerGateway)
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, ResourceID,
-                           ResourceManagerId, new_id)
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID, JobID, JobMasterId,
+                           ResourceID, ResourceManagerId, new_id)
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
@@ -147,6 +147,10 @@ class JobMaster(RpcEndpoint):
         self._status_while_finishing: JobStatus | None = None
         self.output = JobOutput()
         self.spark_application: tuple[str, str] | None = None  # (id, tracking URL)
+        # The Spark application each script attempt reported: its driver (and, as an
+        # unmanaged AM, the application's AM) dies with a lost TaskExecutor, and YARN
+        # would keep the application RUNNING until its AM expiry (minutes).
+        self._spark_applications: dict[ExecutionAttemptID, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -253,6 +257,7 @@ class JobMaster(RpcEndpoint):
             self.output.append("stderr" if chunk.stream == "stderr" else "stdout", chunk.text)
         if request.spark_application:
             self.spark_application = (request.spark_application, request.spark_tracking_url or "")
+            self._spark_applications[request.attempt_id] = request.spark_application
         return ACK
 
     async def request_partition_location(self, request: RequestPartitionLocation) -> PartitionLocation:
@@ -313,12 +318,39 @@ class JobMaster(RpcEndpoint):
             return
         log.warning("job %s: TaskExecutor %s lost: %s", self.job_id, resource_id, cause)
         self._tm_heartbeats.unmonitor_target(resource_id)
+        orphans = self._spark_applications_on(resource_id)
+        if orphans:
+            self.spawn(self._kill_spark_applications(orphans), f"orphans-{resource_id}")
         # Finished tasks' results on it are gone too: region failover re-runs producers.
         self._run_scheduler(self.scheduler.task_executor_lost(resource_id, self._now()))
         self._run_pool(self.slot_pool.release_task_manager(resource_id, cause, self._now()))
         self.spawn(self._quietly(record.gateway.disconnect_job_manager(
             te.DisconnectJobManager(self.job_master_id, self.job_id, cause))),
             f"disconnect-{resource_id}")
+
+    def _spark_applications_on(self, resource_id: ResourceID) -> list[str]:
+        """The Spark applications of the attempts running on `resource_id`."""
+        found = []
+        for vertex in self.scheduler.execution_graph.execution_vertices():
+            execution = vertex.current_execution
+            if execution.slot is not None and execution.slot.resource_id == resource_id \
+                    and not execution.state.is_terminal \
+                    and execution.attempt_id in self._spark_applications:
+                found.append(self._spark_applications.pop(execution.attempt_id))
+        return found
+
+    async def _kill_spark_applications(self, app_ids: list[str]) -> None:
+        """Kills the Spark applications whose drivers died with their TaskExecutor."""
+        from flinkyarn import hadoop
+
+        for app_id in app_ids:
+            try:
+                await self.run_blocking(hadoop.kill_application, app_id)
+                log.info("job %s: killed Spark application %s, whose driver was lost",
+                         self.job_id, app_id)
+            except Exception as error:  # the RM may refuse: YARN ends it after its AM expiry
+                log.warning("job %s: cannot kill Spark application %s: %s", self.job_id,
+                            app_id, error)
 
     # ----------------------------------------------------------------- commands
 
