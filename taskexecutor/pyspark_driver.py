@@ -190,6 +190,12 @@ class PySparkDriver:
             # driver (an unmanaged AM), which spares a container and a JVM start before
             # the first executor is asked for. With unmanagedAM=false, a lean JVM.
             conf["spark.yarn.unmanagedAM.enabled"] = "true"
+            try:
+                site = hadoop.site_properties("hdfs-site.xml")
+            except hadoop.HadoopConfigError:  # environment() says what is missing
+                site = {}
+            conf.update({f"spark.hadoop.{key}": value for key, value
+                         in hadoop.CLIENT_HDFS.items() if key not in site})
             conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
                 hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
             if "spark.executor.instances" not in user:

@@ -75,13 +75,61 @@ def patched_jar(original: str, cache: Path) -> Path:
     return target
 
 
+def hdfs_site_with(extra: dict[str, str], original: Path, cache: Path) -> Path | None:
+    """A folder whose hdfs-site.xml is `original`'s with the properties of `extra` it
+    does not set (cached by content); None if `original` cannot be read as one."""
+    from xml.etree import ElementTree
+
+    try:
+        data = original.read_bytes() if original.is_file() else b"<configuration/>"
+        root = ElementTree.fromstring(data)
+    except (OSError, ElementTree.ParseError):
+        return None
+    present = {prop.findtext("name", "").strip() for prop in root.iter("property")}
+    for name, value in extra.items():
+        if name not in present:
+            prop = ElementTree.SubElement(root, "property")
+            ElementTree.SubElement(prop, "name").text = name
+            ElementTree.SubElement(prop, "value").text = value
+    text = ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+    folder = cache / f"hdfs-site-{hashlib.sha256(text).hexdigest()[:16]}"
+    if not (folder / "hdfs-site.xml").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".partial")
+        with os.fdopen(fd, "wb") as out:
+            out.write(text)
+        os.replace(tmp, folder / "hdfs-site.xml")
+    return folder
+
+
+def _client_hdfs_option() -> str:
+    """A JVM option that gives the driver hadoop.CLIENT_HDFS: the folder of a completed
+    hdfs-site.xml appended to the boot class path, where Hadoop's Configuration (which
+    takes the first hdfs-site.xml its class loader finds, asking the boot loader first)
+    finds it before HADOOP_CONF_DIR's."""
+    try:
+        original = hadoop.conf_dir() / "hdfs-site.xml"
+    except hadoop.HadoopConfigError:
+        return ""
+    folder = hdfs_site_with(hadoop.CLIENT_HDFS, original, _cache())
+    if folder is None or any(c.isspace() for c in str(folder)):  # skein splits the options
+        return ""
+    return f"-Xbootclasspath/a:{folder}"
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flinkyarn"
+
+
 def driver_java_options() -> str:
     """The JVM options of a skein driver started by this client: lean, the Kerberos
-    configuration MIT's tools use (KRB5_CONFIG, which Java does not read), and what the
-    user sets in SKEIN_DRIVER_JAVA_OPTIONS (skein's own variable) after them."""
+    configuration MIT's tools use (KRB5_CONFIG, which Java does not read), HDFS client
+    settings for quick small writes (hadoop.CLIENT_HDFS), and what the user sets in
+    SKEIN_DRIVER_JAVA_OPTIONS (skein's own variable) after them."""
     krb5 = (f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}"
             if os.environ.get("KRB5_CONFIG") else "")
-    return " ".join(filter(None, (hadoop.LEAN_JVM, krb5, os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", ""))))
+    return " ".join(filter(None, (hadoop.LEAN_JVM, krb5, _client_hdfs_option(),
+                                  os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", ""))))
 
 
 def client(log=False):
@@ -99,7 +147,6 @@ def use_flinkyarn_jar() -> str:
     current = skein.core._SKEIN_JAR
     if _EDITION in os.path.basename(current):
         return current
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flinkyarn"
-    path = str(patched_jar(current, cache))
+    path = str(patched_jar(current, _cache()))
     skein.core._SKEIN_JAR = path
     return path
