@@ -22,9 +22,9 @@ PySparkScript (flinkyarn/pipeline/pyspark_script.py).
   `flinkyarn-job-<job>` and our application's id); it is found by that tag through the
   ResourceManager's REST API and reported to the JobMaster, with its tracking URL
   through YARN's web proxy. Its AM runs inside the driver (an unmanaged AM, which client
-  mode's AM may be: it only asks YARN for executors), so the executors are asked for
-  without a container and a JVM start first; the JobMaster kills the application if
-  the driver dies with its TaskExecutor.
+  mode's AM may be: it only asks YARN for executors; not on a Kerberos cluster), so the
+  executors are asked for without a container and a JVM start first; the JobMaster
+  kills the application if the driver dies with its TaskExecutor.
 - Cancel: SIGTERM to the driver's process group (the Python driver, its JVM, local
   Python workers), SIGKILL after half of task.cancellation.timeout (at most 10 s), then
   the Spark application is killed through the ResourceManager if it still runs. The
@@ -186,16 +186,23 @@ class PySparkDriver:
             archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
             if archives:
                 conf["spark.yarn.dist.archives"] = ",".join(archives)
+            try:
+                hdfs_site = hadoop.site_properties("hdfs-site.xml")
+                secure = kerberos.security_enabled()
+            except hadoop.HadoopConfigError:  # environment() says what is missing
+                hdfs_site, secure = {}, False
             # Client mode's Spark AM only asks YARN for executors: it runs inside the
             # driver (an unmanaged AM), which spares a container and a JVM start before
-            # the first executor is asked for. With unmanagedAM=false, a lean JVM.
-            conf["spark.yarn.unmanagedAM.enabled"] = "true"
-            try:
-                site = hadoop.site_properties("hdfs-site.xml")
-            except hadoop.HadoopConfigError:  # environment() says what is missing
-                site = {}
+            # the first executor is asked for. Not on a Kerberos cluster: there the
+            # driver, with delegation tokens only, waited for its AM to start forever.
+            # With unmanagedAM=false, a lean JVM.
+            conf["spark.yarn.unmanagedAM.enabled"] = "false" if secure else "true"
+            # How often the driver asks YARN whether its application was accepted (then
+            # its AM starts) and runs (then the SparkContext is up): 1 s by default,
+            # twice on the way to the first executor.
+            conf["spark.yarn.clientLaunchMonitorInterval"] = "100ms"
             conf.update({f"spark.hadoop.{key}": value for key, value
-                         in hadoop.CLIENT_HDFS.items() if key not in site})
+                         in hadoop.CLIENT_HDFS.items() if key not in hdfs_site})
             conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
                 hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
             if "spark.executor.instances" not in user:

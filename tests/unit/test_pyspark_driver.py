@@ -6,14 +6,17 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from flinkyarn import retry
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from flinkyarn import hadoop
-from taskexecutor.pyspark_driver import (_group_alive, last_traceback, log4j2_properties,
-                                          proxied)
+from flinkyarn.configuration import Configuration
+from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
+from taskexecutor.pyspark_driver import (PySparkDriver, _group_alive, last_traceback,
+                                          log4j2_properties, proxied)
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
 from yarn_client.spark_submit import (SparkSubmitError, SparkSubmitOptions, master, memory_mib,
@@ -103,6 +106,37 @@ def test_driver_helpers():
     # pyspark's JVM is PythonGatewayServer: at the root's level it prints no "Setting
     # default log level" line to the script's stderr.
     assert "logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer" in quiet
+
+
+SITE = "<configuration><property><name>{}</name><value>{}</value></property></configuration>"
+
+
+def test_spark_on_yarn_settings_follow_the_hadoop_configuration(tmp_path, monkeypatch):
+    """The Spark AM runs in the driver but on a Kerberos cluster; the HDFS client's quick
+    retries go in unless the cluster's hdfs-site.xml sets them; the user's --conf wins."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "core-site.xml").write_text("<configuration/>")
+    retries = "dfs.client.block.write.locateFollowingBlock.retries"
+    delay = "dfs.client.block.write.locateFollowingBlock.initial.delay.ms"
+    (conf_dir / "hdfs-site.xml").write_text(SITE.format(retries, "3"))
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf_dir))
+
+    def spark_conf(**user: str) -> dict[str, str]:
+        script = PySparkScript("pi.py", "", settings=PySparkSettings(
+            master="yarn", spark_conf={k.replace("_", "."): v for k, v in user.items()}))
+        context = SimpleNamespace(attempt_id="a1", job_id="j1", environment=SimpleNamespace(
+            conf=Configuration({}), tmp_dir=str(tmp_path)))
+        return PySparkDriver(script, context).spark_conf(tmp_path, tmp_path)
+
+    plain = spark_conf()
+    assert plain["spark.yarn.unmanagedAM.enabled"] == "true"
+    assert plain[f"spark.hadoop.{delay}"] == "20" and f"spark.hadoop.{retries}" not in plain
+    assert spark_conf(spark_yarn_unmanagedAM_enabled="false")[
+        "spark.yarn.unmanagedAM.enabled"] == "false"
+    (conf_dir / "core-site.xml").write_text(SITE.format("hadoop.security.authentication",
+                                                        "kerberos"))
+    assert spark_conf()["spark.yarn.unmanagedAM.enabled"] == "false"
 
 
 def test_an_unmanaged_spark_am_is_linked_through_the_proxy(monkeypatch):

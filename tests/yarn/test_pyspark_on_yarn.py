@@ -180,6 +180,28 @@ while True:
 """
 
 
+def attached(session: str, script: Path) -> subprocess.Popen:
+    """An attached client running WAITS as `script` in the session."""
+    script.write_text(WAITS)
+    return subprocess.Popen(
+        [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session", "--application-id",
+         session, "--pyspark", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def running_spark_application(session: str, script: str) -> tuple[str, str]:
+    """(job, Spark application) of the running script, once it printed "started"."""
+    def reported():
+        for job in yarn_cluster.connect(session).jobs().jobs:
+            details = yarn_cluster.connect(session).job(job.job_id)
+            if job.name == f"PySpark script {script}" and details.status == "RUNNING" \
+                    and details.spark_application and "started" in details.output_tail:
+                return job.job_id, details.spark_application
+        return None
+
+    return wait_for(reported, 300, f"the Spark application of {script}", poll=1.0)
+
+
 def test_exit_status_fails_the_job_and_cancel_leaves_nothing(session, tmp_path):
     exits = tmp_path / "exits.py"
     exits.write_text(EXITS)
@@ -188,23 +210,9 @@ def test_exit_status_fails_the_job_and_cancel_leaves_nothing(session, tmp_path):
     assert "counted 10" in failed.stdout
     assert "the script exited with status 3" in failed.stdout
 
-    waits = tmp_path / "waits.py"
-    waits.write_text(WAITS)
-    client = subprocess.Popen(
-        [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session", "--application-id",
-         session, "--pyspark", str(waits)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, cwd=Path(__file__).resolve().parents[2])
+    client = attached(session, tmp_path / "waits.py")
     try:
-        def running_spark_app():
-            for job in yarn_cluster.connect(session).jobs().jobs:
-                details = yarn_cluster.connect(session).job(job.job_id)
-                if job.name == "PySpark script waits.py" and details.status == "RUNNING" \
-                        and details.spark_application and "started" in details.output_tail:
-                    return job.job_id, details.spark_application
-            return None
-
-        job_id, spark_app = wait_for(running_spark_app, 300, "the script's Spark application",
-                                     poll=1.0)
+        job_id, spark_app = running_spark_application(session, "waits.py")
         wait_for(lambda: yarn_cluster.application_report(spark_app)["state"] == "RUNNING", 120,
                  "its Spark application running", poll=1.0)
         assert processes_mentioning("waits.py")
@@ -268,22 +276,9 @@ def test_a_driver_lost_with_its_taskexecutor_takes_its_spark_application_along(s
     SparkContext and ends the application itself.)"""
     import signal
 
-    script = tmp_path / "orphan.py"
-    script.write_text(WAITS)
-    client = subprocess.Popen(
-        [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session", "--application-id",
-         session, "--pyspark", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, cwd=Path(__file__).resolve().parents[2])
+    client = attached(session, tmp_path / "orphan.py")
     try:
-        def reported():
-            for job in yarn_cluster.connect(session).jobs().jobs:
-                details = yarn_cluster.connect(session).job(job.job_id)
-                if job.name == "PySpark script orphan.py" and details.status == "RUNNING" \
-                        and details.spark_application and "started" in details.output_tail:
-                    return details.spark_application
-            return None
-
-        spark_app = wait_for(reported, 300, "the script's Spark application", poll=1.0)
+        _, spark_app = running_spark_application(session, "orphan.py")
         # The driver: python -m taskexecutor.pyspark_launcher TASKEXECUTOR_PID SCRIPT
         [driver] = [p for p in processes_mentioning("pyspark_launcher") if "orphan.py" in p]
         words = driver.split()
