@@ -10,9 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from flinkyarn import retry
+from flinkyarn import hadoop, retry
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
-from flinkyarn import hadoop
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
 from taskexecutor.pyspark_driver import (PySparkDriver, _group_alive, last_traceback,
