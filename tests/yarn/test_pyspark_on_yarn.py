@@ -85,19 +85,16 @@ def reference_output(script: str, tmp_path: Path) -> str:
     return result.stdout
 
 
-def executor_containers(app_id: str, count: int, unmanaged_am: bool) -> dict[str, str]:
-    """{container: host} of the executors of Spark application `app_id` (every container
-    but its AppMaster's, which an unmanaged AM has not), as YARN's aggregated logs list
-    them, once `count` are there:
-    each node hands in its logs on its own, and `yarn logs` shows a header per log file,
-    so the headers' number says nothing of how many containers ran."""
+def executor_containers(app_id: str, count: int) -> dict[str, str]:
+    """{container: host} of the executors of Spark application `app_id` (every container:
+    its AM runs in the driver, unmanaged), as YARN's aggregated logs list them, once
+    `count` are there: each node hands in its logs on its own, and `yarn logs` shows a
+    header per log file, so the headers' number says nothing of how many containers ran."""
     found: dict[str, str] = {}
 
     def listed() -> bool:
         logs = application_logs(app_id, "Container: container_")
-        found.update((container, host) for container, host in re.findall(
-            r"Container: (container_\w+) on ([\d.]+)_\d+", logs)
-            if unmanaged_am or not container.endswith("_000001"))
+        found.update(re.findall(r"Container: (container_\w+) on ([\d.]+)_\d+", logs))
         return len(found) >= count
 
     try:
@@ -129,7 +126,7 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     job_id = re.search(r"submitted job (\w+) \(PySpark script pi.py\)", pi.stderr)[1]
     assert yarn_cluster.connect(session).job(job_id).spark_tracking_url == \
         f"{hadoop.rm_web_address()}/proxy/{spark_app}/"
-    executors = executor_containers(spark_app, 2, unmanaged_am=True)
+    executors = executor_containers(spark_app, 2)
     assert len(set(executors.values())) == 2, f"executors on {executors}"
 
     # wordcount.py: exact counts, on a file of HDFS.
