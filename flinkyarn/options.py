@@ -225,6 +225,9 @@ PYSPARK_SHOW_SPARK_LOGS = option(
 PYSPARK_MAX_EXECUTORS = option(
     "pyspark.dynamic-allocation.max-executors", integer(1), "4",
     "Most Spark executors a script's dynamic allocation asks YARN for (spark.dynamicAllocation.maxExecutors, which a --conf overrides); it starts with up to 2.")
+PYSPARK_WARM_DRIVERS = option(
+    "pyspark.warm-drivers", integer(0), "1",
+    "Drivers a TaskExecutor keeps started for its next pyspark.master=local script once it ran one: pyspark's JVM up and warmed by a throwaway SparkSession, so the script's own SparkContext starts in a fraction of a second; 0: none. Each is an idle JVM and Python (about 300 MB) beside the slots.")
 PYSPARK_PYTHON_ARCHIVE = option(
     "pyspark.yarn.python-archive", STRING, "",
     "The archive (hdfs://...#NAME) Spark's executors on YARN unpack for their Python; empty: the TaskExecutors' own environment (the client fills it in).")

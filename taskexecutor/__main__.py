@@ -38,6 +38,7 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
     from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
     from taskexecutor.spark_bridge import SparkSessionProvider
+    from taskexecutor.warm_drivers import WarmDrivers
 
     manager = ResultPartitionManager()
     server = DataServer(manager, security, conf.get(options.TASK_MANAGER_HOST),
@@ -49,7 +50,7 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
         spark=SparkSessionProvider.from_configuration(conf, scratch),
         tmp_dir=scratch.root,
         network=NetworkConfig.from_configuration(conf),
-        data_server=server, conf=conf)
+        data_server=server, conf=conf, warm_drivers=WarmDrivers(conf, scratch.root))
 
 
 def resource_manager_address(argument: str) -> str:

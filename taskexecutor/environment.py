@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
     from taskexecutor.spark_bridge import SparkSessionProvider
+    from taskexecutor.warm_drivers import WarmDrivers
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,14 @@ class TaskEnvironment:
     # submits (the AppMaster's answer; empty where the TaskExecutor's serve). Set by the
     # TaskExecutor once it runs.
     application_tokens: "Callable[[str], bytes] | None" = None
+    # PySpark drivers started before their script (taskexecutor/warm_drivers.py).
+    warm_drivers: "WarmDrivers | None" = None
 
     def close(self) -> None:
-        """Stops Spark, the data server and the client pool; drops every partition."""
+        """Stops Spark, warm drivers, the data server and the client pool; drops every
+        partition."""
+        if self.warm_drivers is not None:
+            self.warm_drivers.close()
         self.partition_manager.release_all()
         self.spark.stop()
         if self.data_server is not None:

@@ -55,12 +55,16 @@ from typing import TYPE_CHECKING, TextIO
 from flinkyarn import hadoop, kerberos, options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
+from taskexecutor.pyspark_launcher import SCRIPT_STARTS
 from taskexecutor.task import TaskCancelled
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fsspec.implementations.webhdfs import WebHDFS
 
-    from flinkyarn.pipeline.pyspark_script import PySparkScript
+    from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
+    from taskexecutor.warm_drivers import WarmDriver
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +127,81 @@ def log4j2_properties(log_file: Path, console: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def slot_share(conf: Configuration) -> tuple[int, int]:
+    """(cores, memory bytes) of one slot of a TaskExecutor of configuration `conf`."""
+    slots = conf.get(options.NUM_TASK_SLOTS)
+    cores = max(1, math.floor(conf.get(options.TASK_MANAGER_CPU_CORES) / slots))
+    return cores, conf.get(options.TASK_MANAGER_PROCESS_MEMORY) // slots
+
+
+def log_dir(te_tmp: Path) -> Path:
+    """Where drivers' logs go: the container's log folder (YARN), else the scratch's."""
+    dirs = os.environ.get("LOG_DIRS", "")
+    folder = Path(dirs.split(",")[0]) if dirs else te_tmp / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path, log_file: Path,
+                master_conf: "Callable[[dict[str, str], dict[str, str]], None] | None" = None,
+                ) -> dict[str, str]:
+    """A driver's Spark settings: ours, the master's (`master_conf(conf, user)`, which
+    may take user settings it merges), then what the user set (--conf and the options
+    standing for it). Writes the driver's log4j2.properties into `work`."""
+    _, memory = slot_share(te_conf)
+    host = te_conf.get(options.TASK_MANAGER_HOST)
+    (work / "log4j2.properties").write_text(log4j2_properties(log_file, settings.show_spark_logs))
+    java = [f"-Dlog4j2.configurationFile=file:{work / 'log4j2.properties'}",
+            f"-Djava.io.tmpdir={work / 'tmp'}", "-XX:-UsePerfData"]
+    user = dict(settings.spark_conf)
+    conf = {
+        "spark.driver.host": host,
+        "spark.driver.bindAddress": host,
+        "spark.driver.memory": f"{max(512, memory // 2 // MIB)}m",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": str(work / "local"),
+    }
+    if master_conf is not None:
+        master_conf(conf, user)
+    if user.get("spark.driver.extraJavaOptions"):
+        java = [*shlex.split(user.pop("spark.driver.extraJavaOptions")), *java]
+    conf["spark.driver.extraJavaOptions"] = shlex.join(java)
+    conf.update(user)
+    return conf
+
+
+def submit_args(te_conf: Configuration, settings: "PySparkSettings", conf: dict[str, str]) -> str:
+    """PYSPARK_SUBMIT_ARGS: what pyspark passes spark-submit when it starts its JVM."""
+    cores, _ = slot_share(te_conf)
+    args = ["--master", spark_master_url(settings.master, cores)]
+    if settings.master == "yarn":
+        args += ["--deploy-mode", "client"]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return shlex.join([*args, "pyspark-shell"])
+
+
+def driver_environment(te_conf: Configuration, settings: "PySparkSettings",
+                       conf: dict[str, str], work: Path) -> dict[str, str]:
+    """The driver process's environment: the TaskExecutor's, with pyspark's settings."""
+    env = dict(os.environ)
+    for key in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR"):
+        env.pop(key, None)
+    host = te_conf.get(options.TASK_MANAGER_HOST)
+    env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(work / "tmp"),
+                "SPARK_LOCAL_IP": host, "SPARK_LOCAL_HOSTNAME": host,
+                "PYSPARK_SUBMIT_ARGS": submit_args(te_conf, settings, conf)})
+    if settings.master == "yarn":
+        if not (env.get("HADOOP_CONF_DIR") or env.get("YARN_CONF_DIR")):
+            raise PySparkScriptFailed("pyspark.master=yarn needs the Hadoop configuration "
+                                      "(HADOOP_CONF_DIR) where the TaskExecutor runs")
+        env["PYSPARK_PYTHON"] = te_conf.get(options.PYSPARK_PYTHON) or sys.executable
+    else:
+        env["PYSPARK_PYTHON"] = sys.executable
+    env.update(settings.environment)
+    return env
+
+
 class PySparkDriver:
     def __init__(self, script: "PySparkScript", context) -> None:
         self.script = script
@@ -147,103 +226,56 @@ class PySparkDriver:
     def yarn(self) -> bool:
         return self.settings.master == "yarn"
 
-    def _slot_share(self) -> tuple[int, int]:
-        """(cores, memory bytes) of one slot of this TaskExecutor."""
-        slots = self.conf.get(options.NUM_TASK_SLOTS)
-        cores = max(1, math.floor(self.conf.get(options.TASK_MANAGER_CPU_CORES) / slots))
-        return cores, self.conf.get(options.TASK_MANAGER_PROCESS_MEMORY) // slots
-
     def _log_dir(self) -> Path:
-        dirs = os.environ.get("LOG_DIRS", "")
-        folder = Path(dirs.split(",")[0]) if dirs else self.te_tmp / "logs"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return log_dir(self.te_tmp)
 
-    def spark_conf(self, work: Path, log_dir: Path) -> dict[str, str]:
+    def spark_conf(self, work: Path, log_folder: Path) -> dict[str, str]:
         """Our settings, under what the user set (--conf and the options standing for it)."""
-        _, memory = self._slot_share()
-        host = self.conf.get(options.TASK_MANAGER_HOST)
-        (work / "log4j2.properties").write_text(log4j2_properties(
-            log_dir / f"spark-{self.context.job_id}.log", self.settings.show_spark_logs))
-        java = [f"-Dlog4j2.configurationFile=file:{work / 'log4j2.properties'}",
-                f"-Djava.io.tmpdir={work / 'tmp'}", "-XX:-UsePerfData"]
-        user = dict(self.settings.spark_conf)
-        conf = {
-            "spark.driver.host": host,
-            "spark.driver.bindAddress": host,
-            "spark.driver.memory": f"{max(512, memory // 2 // MIB)}m",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.local.dir": str(work / "local"),
-        }
-        if self.yarn:
-            tags = [self.tag, f"flinkyarn-job-{self.context.job_id}"]
-            app = os.environ.get("SKEIN_APPLICATION_ID")  # skein sets it in every container
-            if app:
-                tags.append(app)
-            conf["spark.yarn.tags"] = ",".join([*tags, *filter(None, user.pop(
-                "spark.yarn.tags", "").split(","))])
-            archive = self.conf.get(options.PYSPARK_PYTHON_ARCHIVE)
-            archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
-            if archives:
-                conf["spark.yarn.dist.archives"] = ",".join(archives)
-            try:
-                hdfs_site = hadoop.site_properties("hdfs-site.xml")
-                secure = kerberos.security_enabled()
-            except hadoop.HadoopConfigError:  # environment() says what is missing
-                hdfs_site, secure = {}, False
-            # Client mode's Spark AM only asks YARN for executors: it runs inside the
-            # driver (an unmanaged AM), which spares a container and a JVM start before
-            # the first executor is asked for. Not on a Kerberos cluster: there the
-            # driver, with delegation tokens only, waited for its AM to start forever.
-            # With unmanagedAM=false, a lean JVM.
-            conf["spark.yarn.unmanagedAM.enabled"] = "false" if secure else "true"
-            # How often the driver asks YARN whether its application was accepted (then
-            # its AM starts) and runs (then the SparkContext is up): 1 s by default,
-            # twice on the way to the first executor.
-            conf["spark.yarn.clientLaunchMonitorInterval"] = "100ms"
-            conf.update({f"spark.hadoop.{key}": value for key, value
-                         in hadoop.CLIENT_HDFS.items() if key not in hdfs_site})
-            conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
-                hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
-            if "spark.executor.instances" not in user:
-                most = self.conf.get(options.PYSPARK_MAX_EXECUTORS)
-                conf.update({"spark.dynamicAllocation.enabled": "true",
-                             "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-                             "spark.dynamicAllocation.minExecutors": "0",
-                             "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
-                             "spark.dynamicAllocation.maxExecutors": str(most)})
-        if user.get("spark.driver.extraJavaOptions"):
-            java = [*shlex.split(user.pop("spark.driver.extraJavaOptions")), *java]
-        conf["spark.driver.extraJavaOptions"] = shlex.join(java)
-        conf.update(user)
-        return conf
+        return driver_conf(self.conf, self.settings, work,
+                           log_folder / f"spark-{self.context.job_id}.log",
+                           self._yarn_conf if self.yarn else None)
 
-    def submit_args(self, conf: dict[str, str]) -> str:
-        cores, _ = self._slot_share()
-        args = ["--master", spark_master_url(self.settings.master, cores)]
-        if self.yarn:
-            args += ["--deploy-mode", "client"]
-        for key, value in conf.items():
-            args += ["--conf", f"{key}={value}"]
-        return shlex.join([*args, "pyspark-shell"])
+    def _yarn_conf(self, conf: dict[str, str], user: dict[str, str]) -> None:
+        """Spark on YARN's settings, merged with the user's lists (which it takes)."""
+        tags = [self.tag, f"flinkyarn-job-{self.context.job_id}"]
+        app = os.environ.get("SKEIN_APPLICATION_ID")  # skein sets it in every container
+        if app:
+            tags.append(app)
+        conf["spark.yarn.tags"] = ",".join([*tags, *filter(None, user.pop(
+            "spark.yarn.tags", "").split(","))])
+        archive = self.conf.get(options.PYSPARK_PYTHON_ARCHIVE)
+        archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
+        if archives:
+            conf["spark.yarn.dist.archives"] = ",".join(archives)
+        try:
+            hdfs_site = hadoop.site_properties("hdfs-site.xml")
+            secure = kerberos.security_enabled()
+        except hadoop.HadoopConfigError:  # environment() says what is missing
+            hdfs_site, secure = {}, False
+        # Client mode's Spark AM only asks YARN for executors: it runs inside the
+        # driver (an unmanaged AM), which spares a container and a JVM start before
+        # the first executor is asked for. Not on a Kerberos cluster: there the
+        # driver, with delegation tokens only, waited for its AM to start forever.
+        # With unmanagedAM=false, a lean JVM.
+        conf["spark.yarn.unmanagedAM.enabled"] = "false" if secure else "true"
+        # How often the driver asks YARN whether its application was accepted (then
+        # its AM starts) and runs (then the SparkContext is up): 1 s by default,
+        # twice on the way to the first executor.
+        conf["spark.yarn.clientLaunchMonitorInterval"] = "100ms"
+        conf.update({f"spark.hadoop.{key}": value for key, value
+                     in hadoop.CLIENT_HDFS.items() if key not in hdfs_site})
+        conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
+            hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
+        if "spark.executor.instances" not in user:
+            most = self.conf.get(options.PYSPARK_MAX_EXECUTORS)
+            conf.update({"spark.dynamicAllocation.enabled": "true",
+                         "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+                         "spark.dynamicAllocation.minExecutors": "0",
+                         "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
+                         "spark.dynamicAllocation.maxExecutors": str(most)})
 
     def environment(self, conf: dict[str, str], work: Path) -> dict[str, str]:
-        env = dict(os.environ)
-        for key in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR"):
-            env.pop(key, None)
-        host = self.conf.get(options.TASK_MANAGER_HOST)
-        env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(work / "tmp"),
-                    "SPARK_LOCAL_IP": host, "SPARK_LOCAL_HOSTNAME": host,
-                    "PYSPARK_SUBMIT_ARGS": self.submit_args(conf)})
-        if self.yarn:
-            if not (env.get("HADOOP_CONF_DIR") or env.get("YARN_CONF_DIR")):
-                raise PySparkScriptFailed("pyspark.master=yarn needs the Hadoop configuration "
-                                          "(HADOOP_CONF_DIR) where the TaskExecutor runs")
-            env["PYSPARK_PYTHON"] = self.conf.get(options.PYSPARK_PYTHON) or sys.executable
-        else:
-            env["PYSPARK_PYTHON"] = sys.executable
-        env.update(self.settings.environment)
-        return env
+        return driver_environment(self.conf, self.settings, conf, work)
 
     def _own_tokens(self, env: dict[str, str], work: Path) -> None:
         """Spark on YARN on a secure cluster: the driver's token file holds tokens of its
@@ -297,14 +329,28 @@ class PySparkDriver:
 
     # --------------------------------------------------------------------- output
 
-    def _pump(self, stream, name: str) -> None:
+    def _pump(self, stream, name: str, skip: str = "") -> None:
+        """Passes what the driver writes to `stream` on; a warm driver's from after
+        `skip` (what its warm-up wrote goes to our log)."""
         log_file = self._log_file
         assert log_file is not None  # opened before the driver starts
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         partial = ""
+        skipped = ""
         while True:
             data = os.read(stream.fileno(), 65536)
             text = decoder.decode(data, final=not data)
+            if skip:
+                skipped += text
+                before, found, text = skipped.partition(skip)
+                if found or not data:
+                    if before.strip():
+                        log.info("%s: the warm driver's %s before the script: %s",
+                                 self.script.name, name, before.strip()[-2000:])
+                    skip = ""
+                    text = text if found else ""
+                else:
+                    text = ""
             if text:
                 log_file.write(text)
                 log_file.flush()
@@ -369,31 +415,61 @@ class PySparkDriver:
     # ------------------------------------------------------------------------ run
 
     def run(self) -> None:
-        work = Path(self.context.tmp_dir)
-        for folder in ("script", "tmp", "local"):
-            (work / folder).mkdir(parents=True, exist_ok=True)
+        log_folder = self._log_dir()
+        pool = self.context.environment.warm_drivers
+        may_run_warm = pool is not None and pool.eligible(self.settings)
+        warm = pool.take(lambda folder: self._settings_for(folder, log_folder)) \
+            if may_run_warm else None
+        if warm is not None:
+            driver, conf, env = warm
+            work = driver.folder
+        else:
+            if pool is not None:
+                pool.make_room()
+            work = Path(self.context.tmp_dir)
+            for folder in ("script", "tmp", "local"):
+                (work / folder).mkdir(parents=True, exist_ok=True)
+            conf, env = self._settings_for(work, log_folder)
+            self._own_tokens(env, work)
         script = work / "script" / self.script.script_name
         script.write_text(self.script.source, encoding="utf-8")
-        log_dir = self._log_dir()
-        conf = self.spark_conf(work, log_dir)
-        env = self.environment(conf, work)
-        self._own_tokens(env, work)
         cwd = self._prepare_working_dir(work)
         python_path = self._python_path(work)
         if python_path:
             env["PYTHONPATH"] = os.pathsep.join([*python_path, *filter(None, [env.get("PYTHONPATH")])])
-        command = [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
-                   str(script), *self.script.args]
-        log_file = self._log_file = open(log_dir / f"pyspark-{self.context.job_id}.log", "a",
-                                         encoding="utf-8")
-        log.info("%s: starting the driver (master %s) in %s", self.script.name,
-                 self.settings.master, cwd)
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   process_group=0)
+        self._log_file = open(log_folder / f"pyspark-{self.context.job_id}.log", "a",
+                              encoding="utf-8")
+        log.info("%s: starting the driver (master %s%s) in %s", self.script.name,
+                 self.settings.master, ", warm" if warm else "", cwd)
+        try:
+            self._drive(self._warm_start(warm[0], script, conf) if warm else subprocess.Popen(
+                [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
+                 str(script), *self.script.args],
+                cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, process_group=0), warm is not None)
+        finally:
+            if warm is not None:  # its process group is gone; it may not have started
+                warm[0].end()
+            if may_run_warm:
+                assert pool is not None
+                pool.used()
+
+    def _settings_for(self, work: Path, log_folder: Path) -> tuple[dict[str, str], dict[str, str]]:
+        conf = self.spark_conf(work, log_folder)
+        return conf, self.environment(conf, work)
+
+    def _warm_start(self, driver: "WarmDriver", script: Path, conf: dict[str, str]) -> subprocess.Popen:
+        driver.hand_over(script, self.script.args, conf)
+        return driver.process
+
+    def _drive(self, process: subprocess.Popen, warm: bool) -> None:
+        """Shows the driver's output as it comes, waits for its end, ends what it left."""
+        log_file = self._log_file
+        assert log_file is not None
         assert process.stdout is not None and process.stderr is not None  # PIPEs
-        threads = [threading.Thread(target=self._pump, args=(process.stdout, "stdout"), daemon=True),
-                   threading.Thread(target=self._pump, args=(process.stderr, "stderr"), daemon=True),
+        skip = SCRIPT_STARTS if warm else ""
+        threads = [threading.Thread(target=self._pump, args=(process.stdout, "stdout", skip), daemon=True),
+                   threading.Thread(target=self._pump, args=(process.stderr, "stderr", skip), daemon=True),
                    threading.Thread(target=self._flusher, daemon=True)]
         if self.yarn:
             threads.append(threading.Thread(target=self._find_spark_application, daemon=True))
@@ -437,11 +513,14 @@ class PySparkDriver:
                 elif time.monotonic() - killed_at > self._grace():
                     _signal_group(process.pid, signal.SIGKILL)
             time.sleep(0.05)
+        exited = time.monotonic()
         with contextlib.suppress(retry.GaveUp):
             retry.poll_until(lambda: not _group_alive(process.pid), bool,
                              pauses=retry.Backoff.fixed(0.05), deadline=retry.Deadline(
                                  0 if self.context.is_cancelled() else self._grace()))
         _signal_group(process.pid, signal.SIGKILL)
+        log.info("%s: the driver exited (status %s); its JVM and workers %.2f s later",
+                 self.script.name, process.returncode, time.monotonic() - exited)
         return process.returncode
 
     def _end_spark_application(self, cancelled: bool) -> str:

@@ -117,6 +117,9 @@ class TaskSlotTable:
         return SlotReport([SlotStatus(SlotID(self.resource_id, s.index), s.profile,
                                       s.allocation_id, s.job_id) for s in self._slots])
 
+    def free_count(self) -> int:
+        return sum(s.state is SlotState.FREE for s in self._slots)
+
     def is_idle(self) -> bool:
         return all(s.state is SlotState.FREE for s in self._slots)
 

@@ -224,6 +224,9 @@ class StreamTask:
             self._push(level + 1, _call(operator, "finish"))
 
     def run(self) -> None:
+        head = self.operators[0]
+        if self.env.warm_drivers is not None and not isinstance(head, PySparkScript):
+            self.env.warm_drivers.make_room()  # a warm driver held its slot's memory
         tmp_root = self.env.tmp_dir
         tmp_root.mkdir(parents=True, exist_ok=True)
         tmp_dir = Path(tempfile.mkdtemp(prefix=f"task-{self.task.deployment.attempt_id[:8]}-",

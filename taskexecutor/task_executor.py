@@ -168,6 +168,8 @@ class TaskExecutor(RpcEndpoint):
         if self.environment is not None:
             self.environment.application_tokens = functools.partial(
                 self._application_tokens, asyncio.get_running_loop())
+            if self.environment.warm_drivers is not None:
+                self.environment.warm_drivers.free_slots = self.slot_table.free_count
         self.spawn(self._register_at_resource_manager(), "registration")
         check = min(self.config.heartbeat.interval, self.config.heartbeat.timeout / 5)
         self.every(lambda: check, self._check_heartbeats, "heartbeat-timeouts")
@@ -443,6 +445,8 @@ class TaskExecutor(RpcEndpoint):
             if task is not None:
                 self._cancel(task)
         log.info("slot %d freed (%s): %s", freed.index, allocation_id, cause)
+        if self.environment is not None and self.environment.warm_drivers is not None:
+            self.environment.warm_drivers.replenish()
         await self._notify_slot_available(freed.index, allocation_id)
 
     # ----------------------------------------------------------------------- tasks

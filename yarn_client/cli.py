@@ -231,10 +231,12 @@ def _pyspark_settings(target: str, submit: SparkSubmitOptions, dynamic: dict[str
 
 
 def _pyspark_cluster_properties(submit: SparkSubmitOptions, dynamic: dict[str, str]) -> tuple[str, ...]:
-    """A per-job cluster for one script: one slot, sized by --driver-memory."""
+    """A per-job cluster for one script: one slot, sized by --driver-memory, and no warm
+    driver after it (the cluster ends with the script)."""
     extra = []
-    if options.NUM_TASK_SLOTS.key not in dynamic:
-        extra.append(f"{options.NUM_TASK_SLOTS.key}=1")
+    for option, value in ((options.NUM_TASK_SLOTS, "1"), (options.PYSPARK_WARM_DRIVERS, "0")):
+        if option.key not in dynamic:
+            extra.append(f"{option.key}={value}")
     if submit.driver_memory and options.TASK_MANAGER_PROCESS_MEMORY.key not in dynamic:
         try:
             heap = memory_mib(submit.driver_memory, "--driver-memory")

@@ -291,3 +291,102 @@ def test_a_driver_lost_with_its_taskexecutor_takes_its_spark_application_along(s
     wait_for(lambda: not running_containers(spark_app), 60, "no container of the Spark "
              "application running", poll=1.0)
     assert processes_mentioning("orphan.py") == []
+
+
+PROBE = """\
+import os, sys
+from pyspark import SparkConf, SparkContext
+
+sc = SparkContext(conf=SparkConf().setAppName("probe"))  # the classic way: no context yet
+print("args", sys.argv[1:], "app", sc.appName,
+      "partitions", sc.getConf().get("spark.sql.shuffle.partitions", "unset"))
+print("sum", sc.parallelize(range(100), 4).sum(), "stdin", repr(sys.stdin.read()))
+print("warm", "warm-drivers" in os.getcwd())
+sc.stop()
+"""
+
+
+def warm_drivers() -> set[int]:
+    """Process ids of the warm drivers (python -m taskexecutor.pyspark_launcher PID --warm)."""
+    return {int(p.split(":")[0]) for p in processes_mentioning("taskexecutor.pyspark_launcher")
+            if p.split()[-1] == "--warm"}
+
+
+def group_alive(pgid: int) -> bool:
+    from taskexecutor.pyspark_driver import _group_alive
+
+    return _group_alive(pgid)
+
+
+def test_local_scripts_run_in_warm_drivers_as_in_drivers_of_their_own(hadoop, tmp_path):
+    """Once a TaskExecutor ran a pyspark.master=local script, it keeps a driver started
+    for the next one (pyspark's JVM up and warmed up by a SparkSession of its own). The
+    next script runs in it as in a driver of its own: its arguments, its own SparkContext
+    made the classic way with its own name and --conf, no input, its output and nothing
+    of the warm-up; the driver is used once. A script whose JVM needs other settings
+    (spark.driver.memory) starts its own. Cancel ends a warm driver's script and its JVM.
+    A session of one slot: every script runs in its one TaskExecutor."""
+    started = flinkyarn("session", "start", *FAST, "--tags", TAG,
+                        "-D", "taskmanager.numberOfTaskSlots=1")
+    assert started.returncode == 0, started.stderr[-4000:]
+    session = started.stdout.strip().splitlines()[-1]
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    local = ("-D", "pyspark.master=local")
+    others = warm_drivers()  # of the module's session
+
+    def mine() -> set[int]:
+        return warm_drivers() - others
+
+    try:
+        assert mine() == set()
+        first = submit(session, *local, str(probe), "one")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert printed(first.stdout) == ["args ['one'] app probe partitions unset",
+                                         "sum 4950 stdin ''", "warm False"]
+        ready = wait_for(mine, 60, "a warm driver after the first script")
+
+        second = submit(session, *local, "--conf", "spark.sql.shuffle.partitions=7",
+                        str(probe), "two", "2")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert printed(second.stdout) == ["args ['two', '2'] app probe partitions 7",
+                                          "sum 4950 stdin ''", "warm True"]
+        assert "WARNING" not in second.stderr  # the JVM's start-up line is the warm-up's
+        wait_for(lambda: not any(group_alive(pid) for pid in ready), 30, "the used driver gone")
+        ready = wait_for(mine, 60, "a warm driver after the second script")
+
+        own = submit(session, *local, "--conf", "spark.driver.memory=600m", str(probe))
+        assert own.returncode == 0, own.stderr[-3000:]
+        assert printed(own.stdout)[-1] == "warm False"
+        # Its driver took the one slot's memory, which the warm one held: that one ended.
+        assert not any(group_alive(pid) for pid in ready)
+        ready = wait_for(mine, 60, "a warm driver after the third script")
+
+        waits = tmp_path / "waits_here.py"
+        waits.write_text(WAITS)
+        client = subprocess.Popen(
+            [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session",
+             "--application-id", session, "--pyspark", *local, str(waits)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=Path(__file__).resolve().parents[2])
+        try:
+            def running() -> str | None:
+                for job in yarn_cluster.connect(session).jobs().jobs:
+                    if job.status == "RUNNING" and "started" in \
+                            yarn_cluster.connect(session).job(job.job_id).output_tail:
+                        return job.job_id
+                return None
+
+            job_id = wait_for(running, 120, "the waiting script running", poll=1.0)
+            assert all(group_alive(pid) for pid in ready)
+            cancelled = flinkyarn("cancel", session, job_id)
+            assert cancelled.returncode == 0, cancelled.stderr
+            out, err = client.communicate(timeout=120)
+        finally:
+            client.kill()
+        assert client.returncode == 1 and "CANCELED" in out, err[-3000:]
+        wait_for(lambda: not any(group_alive(pid) for pid in ready), 30,
+                 "the cancelled script's warm driver and its JVM gone")
+    finally:
+        flinkyarn("session", "stop", session)
+    wait_for(lambda: mine() == set(), 30, "no warm driver after the session")
