@@ -8,6 +8,10 @@ PySparkScript (flinkyarn/pipeline/pyspark_script.py).
               when the script's SparkContext launches its JVM), PYSPARK_PYTHON (the
               executors' interpreter), SPARK_LOCAL_IP (the TaskExecutor's host)
 
+- Warm: a pyspark.master=local script may run in a driver started before it, its JVM
+  up and warmed (taskexecutor/warm_drivers.py): its folder is that driver's, its
+  settings go to the JVM's system properties, and what the driver wrote before the
+  SCRIPT_STARTS mark is not the script's.
 - Output: the driver's stdout and stderr (its JVM inherits them) are read as they come,
   appended to `pyspark-<job>.log` in the container's log folder and sent to the
   JobMaster every 0.2 s, and once more, completely, before the task ends, so an
