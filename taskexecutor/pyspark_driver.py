@@ -272,11 +272,16 @@ class PySparkDriver:
             hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
         if "spark.executor.instances" not in user:
             most = self.conf.get(options.PYSPARK_MAX_EXECUTORS)
+            # More executors than the first two once tasks waited 5 s, not 1 s (Spark's
+            # default): an executor takes seconds to start, and the first two, still
+            # starting at 1 s, are as good as more; more asked for then start while
+            # they run, and a short job ends before those ran anything.
             conf.update({"spark.dynamicAllocation.enabled": "true",
                          "spark.dynamicAllocation.shuffleTracking.enabled": "true",
                          "spark.dynamicAllocation.minExecutors": "0",
                          "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
-                         "spark.dynamicAllocation.maxExecutors": str(most)})
+                         "spark.dynamicAllocation.maxExecutors": str(most),
+                         "spark.dynamicAllocation.schedulerBacklogTimeout": "5s"})
 
     def environment(self, conf: dict[str, str], work: Path) -> dict[str, str]:
         return driver_environment(self.conf, self.settings, conf, work)
