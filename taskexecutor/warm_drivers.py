@@ -61,7 +61,8 @@ from pathlib import Path
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkSettings
-from taskexecutor.pyspark_driver import driver_conf, driver_environment, log_dir
+from taskexecutor.pyspark_driver import (PySparkScriptFailed, driver_conf,
+                                          driver_environment, log_dir)
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +94,15 @@ class WarmDriver:
                "cleared": [key for key in self.conf if key not in conf],
                "log4j": (self.folder / "log4j2.properties").as_uri()}
         assert self.process.stdin is not None  # a PIPE
-        self.process.stdin.write((json.dumps(job) + "\n").encode())
-        self.process.stdin.close()
+        try:
+            self.process.stdin.write((json.dumps(job) + "\n").encode())
+            self.process.stdin.close()
+        except OSError as error:  # it died since it was taken
+            raise PySparkScriptFailed(f"the warm driver in {self.folder} ended before it got "
+                                      f"the script ({error})") from None
 
     def end(self) -> None:
-        """Ends a driver that was never handed a script, and removes its folder."""
+        """Ends what is left of the driver's process group; removes its folder."""
         if self.process.stdin is not None:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
@@ -163,23 +168,28 @@ class WarmDrivers:
         """A ready driver that a script with the settings and environment
         `settings_for(its folder)` may run in, with those; None if there is none."""
         with self._lock:
-            ready, self._ready = self._ready, []
-        taken = None
+            ready = list(self._ready)
         for driver in ready:
             if driver.process.poll() is not None:
-                self._dropped(driver)
+                if self._remove(driver):
+                    self._dropped(driver)
                 continue
-            if taken is None:
-                conf, env = settings_for(driver.folder)
-                if (_launch_time(conf) == _launch_time(driver.conf)
-                        and _without_submit_args(env) == _without_submit_args(driver.env)):
-                    taken = driver, conf, env
-                    continue
+            conf, env = settings_for(driver.folder)
+            if (_launch_time(conf) != _launch_time(driver.conf)
+                    or _without_submit_args(env) != _without_submit_args(driver.env)):
                 log.info("warm PySpark driver in %s: launched with other settings than "
-                         "this script's; the script's driver starts cold", driver.folder)
-            with self._lock:
-                self._ready.append(driver)
-        return taken
+                         "this script's, whose driver starts cold", driver.folder)
+                continue
+            if self._remove(driver):  # not ended meanwhile (make_room, close)
+                return driver, conf, env
+        return None
+
+    def _remove(self, driver: WarmDriver) -> bool:
+        with self._lock:
+            if driver not in self._ready:
+                return False
+            self._ready.remove(driver)
+            return True
 
     def used(self) -> None:
         """A script that could run warm ended: from now on, keep drivers ready."""
