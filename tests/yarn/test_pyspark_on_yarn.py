@@ -177,13 +177,21 @@ while True:
 """
 
 
-def attached(session: str, script: Path) -> subprocess.Popen:
+def attached(session: str, script: Path, *options: str) -> subprocess.Popen:
     """An attached client running WAITS as `script` in the session."""
     script.write_text(WAITS)
     return subprocess.Popen(
         [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session", "--application-id",
-         session, "--pyspark", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, cwd=Path(__file__).resolve().parents[2])
+         session, "--pyspark", *options, str(script)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def cancel(session: str, job_id: str, client: subprocess.Popen) -> None:
+    """Cancels the job of an attached client, which must end with it CANCELED."""
+    cancelled = flinkyarn("cancel", session, job_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 1 and "CANCELED" in out, err[-3000:]
 
 
 def running_spark_application(session: str, script: str) -> tuple[str, str]:
@@ -213,12 +221,9 @@ def test_exit_status_fails_the_job_and_cancel_leaves_nothing(session, tmp_path):
         wait_for(lambda: yarn_cluster.application_report(spark_app)["state"] == "RUNNING", 120,
                  "its Spark application running", poll=1.0)
         assert processes_mentioning("waits.py")
-        cancelled = flinkyarn("cancel", session, job_id)
-        assert cancelled.returncode == 0, cancelled.stderr
-        out, err = client.communicate(timeout=120)
+        cancel(session, job_id, client)
     finally:
         client.kill()
-    assert client.returncode == 1 and "CANCELED" in out, err[-3000:]
     report = yarn_cluster.wait_for_end(spark_app, 60)
     assert report["state"] in ("KILLED", "FINISHED"), report
     assert processes_mentioning("waits.py") == []
@@ -362,13 +367,7 @@ def test_local_scripts_run_in_warm_drivers_as_in_drivers_of_their_own(hadoop, tm
         assert not any(group_alive(pid) for pid in ready)
         ready = wait_for(mine, 60, "a warm driver after the third script")
 
-        waits = tmp_path / "waits_here.py"
-        waits.write_text(WAITS)
-        client = subprocess.Popen(
-            [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session",
-             "--application-id", session, "--pyspark", *local, str(waits)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=Path(__file__).resolve().parents[2])
+        client = attached(session, tmp_path / "waits_here.py", *local)
         try:
             def running() -> str | None:
                 for job in yarn_cluster.connect(session).jobs().jobs:
@@ -379,12 +378,9 @@ def test_local_scripts_run_in_warm_drivers_as_in_drivers_of_their_own(hadoop, tm
 
             job_id = wait_for(running, 120, "the waiting script running", poll=1.0)
             assert all(group_alive(pid) for pid in ready)
-            cancelled = flinkyarn("cancel", session, job_id)
-            assert cancelled.returncode == 0, cancelled.stderr
-            out, err = client.communicate(timeout=120)
+            cancel(session, job_id, client)
         finally:
             client.kill()
-        assert client.returncode == 1 and "CANCELED" in out, err[-3000:]
         wait_for(lambda: not any(group_alive(pid) for pid in ready), 30,
                  "the cancelled script's warm driver and its JVM gone")
     finally:
