@@ -2,7 +2,7 @@
 with a stand-in process for the driver (the real one, pyspark's JVM and all, runs in
 tests/yarn/test_pyspark_on_yarn.py): none before a script wanted one, never more than
 free slots, handed only to a script launched alike, ended when a slot's memory is
-taken, when dead, and at close."""
+taken, when dead, and at close; none in a per-job cluster of one script."""
 
 from __future__ import annotations
 
@@ -108,3 +108,12 @@ def test_a_dead_driver_is_dropped_and_close_ends_the_rest(pool, tmp_path):
     assert second.process.poll() is not None and not second.folder.exists()
     pool.replenish()
     assert settled(pool, 0) == []
+
+
+def test_a_per_job_cluster_of_one_script_keeps_no_warm_driver_unless_told():
+    from yarn_client.cli import _pyspark_cluster_properties
+    from yarn_client.spark_submit import SparkSubmitOptions
+
+    assert "pyspark.warm-drivers=0" in _pyspark_cluster_properties(SparkSubmitOptions(), {})
+    told = _pyspark_cluster_properties(SparkSubmitOptions(), {"pyspark.warm-drivers": "1"})
+    assert not any(p.startswith("pyspark.warm-drivers=") for p in told)
