@@ -68,7 +68,6 @@ if TYPE_CHECKING:
     from fsspec.implementations.webhdfs import WebHDFS
 
     from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
-    from taskexecutor.warm_drivers import WarmDriver
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +228,6 @@ class PySparkDriver:
     @property
     def yarn(self) -> bool:
         return self.settings.master == "yarn"
-
-    def _log_dir(self) -> Path:
-        return log_dir(self.te_tmp)
 
     def spark_conf(self, work: Path, log_folder: Path) -> dict[str, str]:
         """Our settings, under what the user set (--conf and the options standing for it)."""
@@ -424,7 +420,7 @@ class PySparkDriver:
     # ------------------------------------------------------------------------ run
 
     def run(self) -> None:
-        log_folder = self._log_dir()
+        log_folder = log_dir(self.te_tmp)
         pool = self.context.environment.warm_drivers
         may_run_warm = pool is not None and pool.eligible(self.settings)
         warm = pool.take(lambda folder: self._settings_for(folder, log_folder)) \
@@ -446,16 +442,20 @@ class PySparkDriver:
         python_path = self._python_path(work)
         if python_path:
             env["PYTHONPATH"] = os.pathsep.join([*python_path, *filter(None, [env.get("PYTHONPATH")])])
-        self._log_file = open(log_folder / f"pyspark-{self.context.job_id}.log", "a",
-                              encoding="utf-8")
         log.info("%s: starting the driver (master %s%s) in %s", self.script.name,
                  self.settings.master, ", warm" if warm else "", cwd)
         try:
-            self._drive(self._warm_start(warm[0], script, conf) if warm else subprocess.Popen(
-                [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
-                 str(script), *self.script.args],
-                cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, process_group=0), warm is not None)
+            if warm is not None:
+                warm[0].hand_over(script, self.script.args, conf)
+                process = warm[0].process
+            else:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
+                     str(script), *self.script.args],
+                    cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, process_group=0)
+            self._drive(process, log_folder / f"pyspark-{self.context.job_id}.log",
+                        warm is not None)
         finally:
             if warm is not None:  # its process group is gone; it may not have started
                 warm[0].end()
@@ -467,14 +467,10 @@ class PySparkDriver:
         conf = self.spark_conf(work, log_folder)
         return conf, self.environment(conf, work)
 
-    def _warm_start(self, driver: "WarmDriver", script: Path, conf: dict[str, str]) -> subprocess.Popen:
-        driver.hand_over(script, self.script.args, conf)
-        return driver.process
-
-    def _drive(self, process: subprocess.Popen, warm: bool) -> None:
-        """Shows the driver's output as it comes, waits for its end, ends what it left."""
-        log_file = self._log_file
-        assert log_file is not None
+    def _drive(self, process: subprocess.Popen, log_path: Path, warm: bool) -> None:
+        """Shows the driver's output as it comes (and appends it to `log_path`), waits
+        for its end, ends what it left."""
+        log_file = self._log_file = open(log_path, "a", encoding="utf-8")
         assert process.stdout is not None and process.stderr is not None  # PIPEs
         skip = SCRIPT_STARTS if warm else ""
         threads = [threading.Thread(target=self._pump, args=(process.stdout, "stdout", skip), daemon=True),

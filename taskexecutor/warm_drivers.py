@@ -28,9 +28,9 @@ script before it.
   its driver cold, as before.
 - When: once this TaskExecutor ran a script that could have used one, it keeps
   `pyspark.warm-drivers` (1) ready, started REPLENISH_DELAY after a script ended or a
-  slot was freed (not while one starts). Not at its start: a per-job cluster's one script reaches its
-  TaskExecutor within 50 ms of it, and a warm-up under way holds a script up (a script
-  that comes meanwhile cuts it short after the step under way).
+  slot was freed (not while one starts). Not at its start: a per-job cluster's one
+  script reaches its TaskExecutor within 50 ms of it, and a warm-up under way holds a
+  script up (a script that comes meanwhile cuts it short after the step under way).
 - Output: the driver's pipes are the TaskExecutor's from its start; what it wrote
   before SCRIPT_STARTS (nothing, normally: Spark's log goes to a file) is the warm-up's,
   logged here, not shown as the script's.
