@@ -3,25 +3,29 @@ through input gates, locally or over Arrow Flight between TaskExecutors.
 
     partitioner   which subpartitions a batch (or each row) goes to
     partition     ResultPartition (pipelined / blocking) and the ResultPartitionManager
-    subpartition  the per-consumer queues and files, and their readers
+    subpartition  the per-consumer queues and files, their readers, the stream's events
+                  (END_OF_PARTITION, CheckpointBarrier)
     flight        DataServer (Flight DoGet with mutual TLS) and DataClientPool
     wire          tickets and errors as they travel over Flight
-    input_gate    Local/RemoteInputChannel and the InputGate reading them all at once
+    input_gate    Local/RemoteInputChannel and the InputGate reading them all at once,
+                  aligning barriers
     errors        PartitionNotFound, PartitionNotReady, PartitionFailed, PartitionReleased
 """
 
 from taskexecutor.network.errors import (PartitionException, PartitionFailed, PartitionNotFound,
                                          PartitionNotReady, PartitionReleased)
 from taskexecutor.network.flight import DataClientPool, DataServer
-from taskexecutor.network.input_gate import (InputChannel, InputGate, LocalInputChannel,
-                                             RemoteInputChannel)
+from taskexecutor.network.input_gate import (CheckpointAborted, InputChannel, InputGate,
+                                             LocalInputChannel, RemoteInputChannel)
 from taskexecutor.network.partition import (ResultPartition, ResultPartitionID,
                                             ResultPartitionManager)
 from taskexecutor.network.partitioner import Partitioner, hash_rows, make_partitioner
-from taskexecutor.network.subpartition import END_OF_PARTITION, SubpartitionReader
+from taskexecutor.network.subpartition import (END_OF_PARTITION, CheckpointBarrier,
+                                               SubpartitionReader)
 
 __all__ = [
-    "DataClientPool", "DataServer", "END_OF_PARTITION", "InputChannel", "InputGate",
+    "CheckpointAborted", "CheckpointBarrier", "DataClientPool", "DataServer",
+    "END_OF_PARTITION", "InputChannel", "InputGate",
     "LocalInputChannel", "PartitionException", "PartitionFailed", "PartitionNotFound",
     "PartitionNotReady", "PartitionReleased", "Partitioner", "RemoteInputChannel",
     "ResultPartition", "ResultPartitionID", "ResultPartitionManager", "SubpartitionReader",

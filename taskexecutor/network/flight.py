@@ -7,6 +7,10 @@ A request is served only with the JobMaster's ticket for that subpartition (secu
 partition_ticket; else the error kind "Forbidden"): the TaskExecutors' certificate alone,
 which the code of every job's tasks can read, opens nothing.
 A subpartition that ends before any batch is a stream with an empty schema.
+Checkpoint barriers travel as empty batches with a marker (wire.StreamMarker) in their
+app_metadata. A stream's schema is its first batch's; one that begins with a barrier
+(its producer had no data yet) has an empty schema and ends, with a "more" marker, where
+the first batch comes: the client asks again, and the next stream starts with it.
 
 Flight sends a stream's schema before its first batch, and a client cannot cancel a
 DoGet before that first message arrives. So a request is a long poll: the server waits
@@ -33,9 +37,10 @@ from taskexecutor.network.errors import (PartitionException, PartitionFailed,
                                          PartitionNotFound, PartitionNotReady,
                                          PartitionReleased)
 from taskexecutor.network.partition import ResultPartitionManager
-from taskexecutor.network.subpartition import EndOfPartition, SubpartitionReader
-from taskexecutor.network.wire import (CANCEL_ACTION, SubpartitionRequest, server_error,
-                                       to_server_error)
+from taskexecutor.network.subpartition import (CheckpointBarrier, EndOfPartition, Event,
+                                               SubpartitionReader)
+from taskexecutor.network.wire import (CANCEL_ACTION, StreamMarker, SubpartitionRequest,
+                                       server_error, to_server_error)
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +71,8 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
         self._park_timeout = park_timeout
         self._closing = threading.Event()
         self._lock = threading.Lock()
-        self._readers: set[SubpartitionReader] = set()
-        self._parked: dict[tuple, tuple[SubpartitionReader, float]] = {}
+        self._readers: set[_HeldReader] = set()
+        self._parked: dict[tuple, tuple[_HeldReader, float]] = {}
         self._thread: threading.Thread | None = None
         self._janitor = threading.Thread(target=self._expire_parked, daemon=True,
                                          name=f"flight-data-server-{self.port}-janitor")
@@ -130,7 +135,9 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
         if isinstance(first, EndOfPartition):
             self._forget(reader)
             return flight.GeneratorStream(pa.schema([]), iter(()))
-        return flight.GeneratorStream(first.schema, self._stream(context, reader, request, first))
+        schema = first.schema if isinstance(first, pa.RecordBatch) else pa.schema([])
+        return flight.GeneratorStream(schema, self._stream(context, reader, request, first,
+                                                           schema))
 
     def do_action(self, context, action: flight.Action):
         """"cancel": the consumer of a parked request went away."""
@@ -142,7 +149,7 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
         return []
 
     def _open(self, context, request: SubpartitionRequest,
-              deadline: retry.Deadline) -> SubpartitionReader:
+              deadline: retry.Deadline) -> "_HeldReader":
         pid, sub = request.partition_id, request.subpartition
         partition = None
         while partition is None:
@@ -164,10 +171,11 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
                 if (not partition.wait_readable(sub, deadline.cap(self._poll))
                         and (deadline.passed() or self._stopped(context))):
                     raise
+        held = _HeldReader(reader)
         with self._lock:
             if not self._closing.is_set():
-                self._readers.add(reader)
-                return reader
+                self._readers.add(held)
+                return held
         reader.close()
         raise PartitionReleased(f"{request}: the data server at {self.address} shuts down")
 
@@ -180,25 +188,36 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
                 return None
         return event
 
-    def _stream(self, context, reader: SubpartitionReader, request: SubpartitionRequest,
-                first: pa.RecordBatch):
+    def _stream(self, context, reader: "_HeldReader", request: SubpartitionRequest,
+                first: Event, schema: pa.Schema):
         """Pulled by Flight on a gRPC thread. gRPC flow control stops the pulling while
         the client is behind, so the subpartition's queue fills up and its producer
-        waits: backpressure across TaskExecutors. Closes the reader however it ends."""
+        waits: backpressure across TaskExecutors. Closes the reader however it ends,
+        unless the client is to ask again for the rest (then it is parked)."""
+        empty = pa.RecordBatch.from_pylist([], schema=schema)
+        parked = False
         try:
-            yield first
-            while True:
+            event = first
+            while not isinstance(event, EndOfPartition):
+                if isinstance(event, CheckpointBarrier):
+                    yield empty, StreamMarker(event.checkpoint_id, event.timestamp).encode()
+                elif event.schema.equals(schema, check_metadata=False):
+                    yield event
+                elif not schema.names:  # the first batch, after barriers: a new stream
+                    reader.hold(event)
+                    self._park(request, reader)
+                    parked = True
+                    yield empty, StreamMarker(more=True).encode()
+                    return
+                else:
+                    raise PartitionFailed(f"{request}: its batches differ in schema")
                 while (event := reader.next_event(self._poll)) is None:
                     self._check_stopped(context, request)
-                if isinstance(event, EndOfPartition):
-                    return
-                if not event.schema.equals(first.schema, check_metadata=False):
-                    raise PartitionFailed(f"{request}: its batches differ in schema")
-                yield event
         except PartitionException as error:
             raise to_server_error(error) from None
         finally:
-            self._forget(reader)
+            if not parked:
+                self._forget(reader)
 
     def _check_stopped(self, context, request: SubpartitionRequest) -> None:
         if self._stopped(context):
@@ -216,13 +235,13 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
         it over, nor cancel it."""
         return request.partition_id, request.subpartition, request.ticket
 
-    def _park(self, request: SubpartitionRequest, reader: SubpartitionReader) -> None:
+    def _park(self, request: SubpartitionRequest, reader: "_HeldReader") -> None:
         key = self._parking_key(request)
         with self._lock:
             if reader in self._readers:
                 self._parked[key] = (reader, time.monotonic())
 
-    def _unpark(self, request: SubpartitionRequest) -> SubpartitionReader | None:
+    def _unpark(self, request: SubpartitionRequest) -> "_HeldReader | None":
         with self._lock:
             parked = self._parked.pop(self._parking_key(request), None)
         return None if parked is None else parked[0]
@@ -243,6 +262,27 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
             for reader in readers:
                 log.info("closing a parked reader whose consumer went away")
                 self._forget(reader)
+
+
+class _HeldReader(SubpartitionReader):
+    """A subpartition's reader with room for one event read ahead: the first batch of
+    the stream that the next request gets."""
+
+    def __init__(self, reader: SubpartitionReader) -> None:
+        self._reader = reader
+        self._held: Event | None = None
+
+    def hold(self, event: Event) -> None:
+        self._held = event
+
+    def next_event(self, timeout: float | None = None) -> Event | None:
+        if self._held is not None:
+            event, self._held = self._held, None
+            return event
+        return self._reader.next_event(timeout)
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 class DataClientPool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -23,8 +24,10 @@ from taskexecutor.network.errors import (PartitionException, PartitionNotFound,
                                          PartitionNotReady, PartitionReleased)
 from taskexecutor.network.flight import DataClientPool
 from taskexecutor.network.partition import ResultPartitionID, ResultPartitionManager
-from taskexecutor.network.subpartition import END_OF_PARTITION, SubpartitionReader
-from taskexecutor.network.wire import CANCEL_ACTION, SubpartitionRequest, partition_error
+from taskexecutor.network.subpartition import (END_OF_PARTITION, CheckpointBarrier,
+                                               SubpartitionReader)
+from taskexecutor.network.wire import (CANCEL_ACTION, StreamMarker, SubpartitionRequest,
+                                       partition_error)
 
 _POLL = 0.1  # how often a waiting local channel checks whether it was closed
 # Between requests for a partition not registered at its TaskExecutor yet: the defaults
@@ -32,11 +35,19 @@ _POLL = 0.1  # how often a waiting local channel checks whether it was closed
 _BACKOFF = retry.Backoff(0.02, 1.0)
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointAborted:
+    """What an input gate yields for a barrier it stopped aligning (see InputGate)."""
+
+    checkpoint_id: int
+    reason: str
+
+
 class InputChannel(ABC):
     """Reads subpartition `subpartition` of producer partition `partition_id`.
 
     `read()` is called once, by the thread that consumes the channel: it requests the
-    subpartition, yields its batches and returns at end of partition. It raises
+    subpartition, yields its batches and barriers and returns at end of partition. It raises
     PartitionNotFound when the partition is not registered within `timeout` seconds
     (once registered, it waits as long as the producer takes), PartitionFailed when the
     producer failed or its TaskExecutor cannot be reached. `close()` may be called from
@@ -52,7 +63,7 @@ class InputChannel(ABC):
         self._lock = threading.Lock()
 
     @abstractmethod
-    def read(self) -> Iterator[pa.RecordBatch]:
+    def read(self) -> Iterator[pa.RecordBatch | CheckpointBarrier]:
         ...
 
     @abstractmethod
@@ -76,7 +87,7 @@ class LocalInputChannel(InputChannel):
         self._manager = manager
         self._reader: SubpartitionReader | None = None
 
-    def read(self) -> Iterator[pa.RecordBatch]:
+    def read(self) -> Iterator[pa.RecordBatch | CheckpointBarrier]:
         reader = self._request()
         try:
             while (event := reader.next_event()) is not END_OF_PARTITION:
@@ -141,26 +152,35 @@ class RemoteInputChannel(InputChannel):
         self._backoff = backoff
         self._stream = None
 
-    def read(self) -> Iterator[pa.RecordBatch]:
-        stream, address = self._request()
-        ended = False
-        try:
-            while True:
-                try:
-                    chunk = stream.read_chunk()
-                except StopIteration:
-                    ended = True
-                    return
-                except pa.ArrowException as error:
-                    ended = True
-                    self._check_open()
-                    raise partition_error(error, str(self), address) from None
-                yield chunk.data
-        finally:
-            with self._lock:
-                self._stream = None
-            if not ended:  # the consumer stopped early: tell the producer's server
-                stream.cancel()
+    def read(self) -> Iterator[pa.RecordBatch | CheckpointBarrier]:
+        more = True
+        while more:  # a stream that ends with a "more" marker goes on in the next one
+            stream, address = self._request()
+            more = ended = False
+            try:
+                while True:
+                    try:
+                        chunk = stream.read_chunk()
+                    except StopIteration:
+                        ended = True
+                        break
+                    except pa.ArrowException as error:
+                        ended = True
+                        self._check_open()
+                        raise partition_error(error, str(self), address) from None
+                    if chunk.app_metadata is None:
+                        yield chunk.data
+                        continue
+                    marker = StreamMarker.decode(chunk.app_metadata.to_pybytes(), str(self))
+                    if marker.more:
+                        more = True
+                    elif marker.barrier is not None:
+                        yield CheckpointBarrier(marker.barrier, marker.timestamp)
+            finally:
+                with self._lock:
+                    self._stream = None
+                if not ended:  # the consumer stopped early: tell the producer's server
+                    stream.cancel()
 
     def _request(self):
         deadline = retry.Deadline(self.timeout)
@@ -220,14 +240,22 @@ class RemoteInputChannel(InputChannel):
 
 
 class InputGate:
-    """Every channel of one task's input. Iterating yields `(channel_index, batch)` from
+    """Every channel of one task's input. Iterating yields `(channel_index, event)` from
     all channels as their data arrives, and ends when every channel reached end of
     partition; a failing channel's error (PartitionFailed, PartitionNotFound, ...) is
     raised from the iteration and closes the gate, its `partition_id` set to the
     channel's partition.
 
+    Barriers are aligned (the seed's barrier handler, Flink's aligned checkpoints): a
+    channel that delivered barrier n is blocked, its reader thread holding back what
+    follows, until n came on every channel that has not ended; then the gate yields
+    `(index, barrier n)` once, and the channels go on. A barrier n+k on a channel while
+    n is aligned abandons n: the gate yields `(index, CheckpointAborted(n))`, the
+    blocked channels go on, and n+k is aligned. A barrier older than the newest seen
+    is dropped. A channel that ended counts as aligned, for every later barrier too.
+
     Threading: the task thread iterates (once); one daemon reader thread per channel,
-    started by the first iteration, feeds a queue of at most `capacity` batches (default
+    started by the first iteration, feeds a queue of at most `capacity` events (default
     two per channel), so a slow task holds back its channels, and they their producers.
     `close()` may be called from any thread (the task's cancellation) and never blocks:
     it closes the channels, which stops their threads soon; an iteration in progress
@@ -243,8 +271,15 @@ class InputGate:
         self._closed = False
         self._started = False
         self._threads: list[threading.Thread] = []
+        # Alignment (task thread, under _cond): the barrier aligned and the channels it
+        # came on; per channel, the id of the barrier it waits behind (reader threads).
+        self._aligning: CheckpointBarrier | None = None
+        self._arrived: set[int] = set()
+        self._ended: set[int] = set()
+        self._newest = -1
+        self._blocked: list[int | None] = [None] * len(self.channels)
 
-    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted]]:
         with self._cond:
             if self._started:
                 raise RuntimeError("an input gate can be iterated only once")
@@ -256,7 +291,7 @@ class InputGate:
                 thread.start()
         return self._events()
 
-    def _events(self) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def _events(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted]]:
         while True:
             with self._cond:
                 while not self._queue and self._active and not self._closed:
@@ -266,26 +301,77 @@ class InputGate:
                 if not self._queue:
                     return
                 index, event = self._queue.popleft()
+                aligned: list[CheckpointBarrier | CheckpointAborted] = []
                 if event is END_OF_PARTITION:
                     self._active -= 1
+                    self._ended.add(index)
+                    aligned = self._check_aligned()
+                elif isinstance(event, CheckpointBarrier):
+                    aligned = self._barrier(index, event)
                 self._cond.notify_all()
             if isinstance(event, BaseException):
                 self.close()
                 raise event
-            if event is not END_OF_PARTITION:
+            for done in aligned:
+                yield index, done
+            if isinstance(event, pa.RecordBatch):
                 yield index, event
+
+    @property
+    def aligning(self) -> int | None:
+        """The id of the checkpoint whose barrier is being aligned, if one is."""
+        with self._cond:
+            return None if self._aligning is None else self._aligning.checkpoint_id
+
+    def _barrier(self, index: int, barrier: CheckpointBarrier) -> list[CheckpointBarrier | CheckpointAborted]:
+        """Barrier `barrier` came on channel `index` (under _cond): what to yield."""
+        if barrier.checkpoint_id <= self._newest and (
+                self._aligning is None or barrier.checkpoint_id != self._aligning.checkpoint_id):
+            self._release(index)  # older than one aligned or abandoned
+            return []
+        yielded: list[CheckpointBarrier | CheckpointAborted] = []
+        if self._aligning is not None and barrier.checkpoint_id > self._aligning.checkpoint_id:
+            yielded.append(CheckpointAborted(self._aligning.checkpoint_id, (
+                f"barrier {barrier.checkpoint_id} came on input channel {index} before "
+                f"barrier {self._aligning.checkpoint_id} came on all")))
+            self._aligning = None
+            self._release_all()
+        if self._aligning is None:
+            self._aligning, self._arrived = barrier, set()
+            self._newest = barrier.checkpoint_id
+        self._arrived.add(index)
+        return yielded + self._check_aligned()
+
+    def _check_aligned(self) -> list[CheckpointBarrier | CheckpointAborted]:
+        if self._aligning is None or len(self._arrived | self._ended) < len(self.channels):
+            return []
+        barrier, self._aligning = self._aligning, None
+        self._release_all()
+        return [barrier]
+
+    def _release(self, index: int) -> None:
+        self._blocked[index] = None
+
+    def _release_all(self) -> None:
+        self._blocked = [None] * len(self.channels)
+        self._arrived = set()
 
     def _read(self, index: int, channel: InputChannel) -> None:
         """A channel's reader thread."""
         try:
-            for batch in channel.read():
+            for event in channel.read():
                 with self._cond:
                     while len(self._queue) >= self._capacity and not self._closed:
                         self._cond.wait()
                     if self._closed:
                         return
-                    self._queue.append((index, batch))
+                    self._queue.append((index, event))
                     self._cond.notify_all()
+                    if isinstance(event, CheckpointBarrier):
+                        # Nothing more from this channel until the barrier is aligned.
+                        self._blocked[index] = event.checkpoint_id
+                        while self._blocked[index] == event.checkpoint_id and not self._closed:
+                            self._cond.wait()
             self._put_final(index, END_OF_PARTITION)
         except BaseException as error:  # handed to the task thread, which raises it
             if isinstance(error, PartitionException) and error.partition_id is None:

@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from flinkyarn.rpc.security import ticket_admits
 from taskexecutor.network.errors import PartitionNotFound
-from taskexecutor.network.subpartition import (BlockingSubpartition, PipelinedSubpartition,
-                                               SubpartitionReader)
+from taskexecutor.network.subpartition import (BlockingSubpartition, CheckpointBarrier,
+                                               PipelinedSubpartition, SubpartitionReader)
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,12 @@ class ResultPartition:
         subpartition's earlier batches, RuntimeError after finish(). Batches for a
         pipelined subpartition whose consumer closed its reader are dropped."""
         self._subpartition(subpartition).add(batch)
+
+    def broadcast_event(self, event: CheckpointBarrier) -> None:
+        """Puts a barrier into every subpartition, behind what was emitted before it;
+        producer thread only. Pipelined partitions only (ValueError otherwise)."""
+        for sub in self._subpartitions:
+            sub.add_event(event)
 
     def finish(self) -> None:
         """End of partition for every subpartition; idempotent. Pipelined: readers get

@@ -17,6 +17,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
@@ -34,7 +35,22 @@ class EndOfPartition:
 
 
 END_OF_PARTITION = EndOfPartition()
-Event: TypeAlias = pa.RecordBatch | EndOfPartition
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointBarrier:
+    """Flink's CheckpointBarrier: everything before it in a stream belongs to checkpoint
+    `checkpoint_id`, everything after it to the next. Sources put it into their outputs
+    when the CheckpointCoordinator triggers the checkpoint (`timestamp`: its time, ms
+    since the epoch); a task with several input channels passes it on once it came on
+    every channel (alignment, see input_gate.py). Only pipelined subpartitions carry it:
+    a job with blocking exchanges takes no checkpoints."""
+
+    checkpoint_id: int
+    timestamp: int
+
+
+Event: TypeAlias = pa.RecordBatch | EndOfPartition | CheckpointBarrier
 
 
 class SubpartitionReader(ABC):
@@ -47,7 +63,7 @@ class SubpartitionReader(ABC):
     def __iter__(self) -> "SubpartitionReader":
         return self
 
-    def __next__(self) -> pa.RecordBatch:
+    def __next__(self) -> pa.RecordBatch | CheckpointBarrier:
         event = self.next_event()
         if event is END_OF_PARTITION:
             raise StopIteration
@@ -55,8 +71,9 @@ class SubpartitionReader(ABC):
 
     @abstractmethod
     def next_event(self, timeout: float | None = None) -> Event | None:
-        """The next batch, or END_OF_PARTITION (again on every later call), or None when
-        `timeout` seconds passed without either. Blocks while a pipelined queue is empty."""
+        """The next batch or barrier, or END_OF_PARTITION (again on every later call), or
+        None when `timeout` seconds passed without either. Blocks while a pipelined
+        queue is empty."""
 
     @abstractmethod
     def close(self) -> None:
@@ -102,13 +119,15 @@ class _Subpartition:
 class PipelinedSubpartition(_Subpartition):
     """Batches in memory until read; `add` blocks while more than `max_buffered_bytes`
     are queued (backpressure). A consumer closing its reader early releases the queue;
-    later batches for it are dropped, as Flink does, and the producer carries on."""
+    later batches for it are dropped, as Flink does, and the producer carries on.
+    `add_event` queues a barrier behind the batches before it, at once (it holds no
+    data)."""
 
     def __init__(self, name: str, max_buffered_bytes: int) -> None:
         super().__init__(name)
         self._max = max_buffered_bytes
         self._cond = threading.Condition()
-        self._queue: deque[pa.RecordBatch] = deque()
+        self._queue: deque[pa.RecordBatch | CheckpointBarrier] = deque()
         self._bytes = 0
         self._reader_state = "none"  # none -> open -> closed
 
@@ -124,6 +143,13 @@ class PipelinedSubpartition(_Subpartition):
             self._queue.append(batch)
             self._bytes += batch.nbytes
             self._cond.notify_all()
+
+    def add_event(self, event: CheckpointBarrier) -> None:
+        with self._cond:
+            self._check_writable()
+            if self._reader_state != "closed":
+                self._queue.append(event)
+                self._cond.notify_all()
 
     def finish(self) -> None:
         with self._cond:
@@ -174,10 +200,11 @@ class PipelinedSubpartition(_Subpartition):
                 if self._reader_state == "closed":
                     raise PartitionReleased(f"the reader of {self.name} was closed")
                 if self._queue:
-                    batch = self._queue.popleft()
-                    self._bytes -= batch.nbytes
-                    self._cond.notify_all()
-                    return batch
+                    event = self._queue.popleft()
+                    if isinstance(event, pa.RecordBatch):
+                        self._bytes -= event.nbytes
+                        self._cond.notify_all()
+                    return event
                 if self._finished:
                     return END_OF_PARTITION
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -224,6 +251,10 @@ class BlockingSubpartition(_Subpartition):
                 self._sink = pa.OSFile(str(self.path), "wb")
                 self._writer = pa.ipc.new_stream(self._sink, batch.schema)
             self._writer.write_batch(batch)
+
+    def add_event(self, event: CheckpointBarrier) -> None:
+        raise ValueError(f"{self.name} is blocking: checkpoint barriers travel through "
+                         f"pipelined exchanges only")
 
     def finish(self) -> None:
         with self._lock:

@@ -1,7 +1,10 @@
 """What the data server and its clients exchange over Arrow Flight.
 
 DoGet ticket: JSON of SubpartitionRequest. DoAction "cancel" with the same body: the
-consumer gives up a request it was told to repeat. Errors: a FlightServerError whose
+consumer gives up a request it was told to repeat. In a stream, a batch with
+app_metadata is a marker (JSON of StreamMarker), not data: a checkpoint barrier, or
+"more", which ends a stream that began before the subpartition's schema was known (with
+a barrier): the rest follows in the stream of the next request. Errors: a FlightServerError whose
 extra_info is JSON of DataPlaneError (kind = the exception's class name), turned back
 into that exception at the client by `partition_error`; so a consumer sees the same
 exceptions, with the same messages, whether its producer is local or remote.
@@ -58,6 +61,29 @@ class SubpartitionRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
 
     def __str__(self) -> str:
         return f"subpartition {self.subpartition} of {self.partition_id}"
+
+
+class StreamMarker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A barrier (`barrier`: its checkpoint id, `timestamp`), or `more`: this stream ends
+    and the subpartition goes on in the next request's."""
+
+    barrier: int | None = None
+    timestamp: int = 0
+    more: bool = False
+
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self)
+
+    @classmethod
+    def decode(cls, data: bytes, what: str) -> "StreamMarker":
+        """PartitionFailed naming `what` for anything malformed."""
+        try:
+            marker = msgspec.json.decode(data, type=cls)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            raise PartitionFailed(f"{what}: a malformed marker in the stream: {error}") from None
+        if (marker.barrier is None) == (not marker.more):
+            raise PartitionFailed(f"{what}: a marker that is neither a barrier nor 'more'")
+        return marker
 
 
 class DataPlaneError(msgspec.Struct, frozen=True):

@@ -17,11 +17,11 @@ import pyarrow.flight as flight
 import pytest
 
 from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity, partition_ticket
-from taskexecutor.network import (DataClientPool, DataServer, InputGate, PartitionFailed,
-                                  PartitionNotFound, PartitionReleased, RemoteInputChannel,
-                                  ResultPartition, ResultPartitionID, ResultPartitionManager,
-                                  make_partitioner)
-from taskexecutor.network.wire import SubpartitionRequest, partition_error
+from taskexecutor.network import (CheckpointBarrier, DataClientPool, DataServer, InputGate,
+                                  PartitionFailed, PartitionNotFound, PartitionReleased,
+                                  RemoteInputChannel, ResultPartition, ResultPartitionID,
+                                  ResultPartitionManager, make_partitioner)
+from taskexecutor.network.wire import StreamMarker, SubpartitionRequest, partition_error
 from tests.local.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -263,6 +263,34 @@ def test_hash_partitioned_rows_arrive_exactly(manager, server, pool, tmp_path, p
     partition.finish()
     for sub, part in routed:
         assert read_table(remote(pool, server.address, sub)).equals(pa.Table.from_batches([part]))
+
+
+def test_barriers_travel_in_order_also_before_the_first_batch(manager, server, pool, tmp_path):
+    """A stream that starts with barriers (no schema known yet) goes on, with its first
+    batch, in the stream of the client's next request; a barrier between batches is an
+    empty batch with a marker. Two gates over it see the same order as the producer."""
+    partition = keyed_partition("pipelined", 1, tmp_path, 1 << 20)
+    manager.register(partition)
+    sent = [CheckpointBarrier(1, 1), CheckpointBarrier(2, 2), make_batch(0),
+            CheckpointBarrier(3, 3), make_batch(1), make_batch(2), CheckpointBarrier(4, 4)]
+    for event in sent:
+        if isinstance(event, CheckpointBarrier):
+            partition.broadcast_event(event)
+        else:
+            partition.emit(0, event)
+    partition.finish()
+    got = list(remote(pool, server.address).read())
+    assert [e if isinstance(e, CheckpointBarrier) else e.num_rows for e in got] == [
+        e if isinstance(e, CheckpointBarrier) else e.num_rows for e in sent]
+    assert pa.Table.from_batches([e for e in got if isinstance(e, pa.RecordBatch)]).equals(
+        expected(0, 3))
+
+
+def test_a_malformed_marker_fails_the_channel_naming_it():
+    with pytest.raises(PartitionFailed, match="subpartition 0 of .*: a malformed marker"):
+        StreamMarker.decode(b'{"barrier": "one"}', "subpartition 0 of result#0")
+    with pytest.raises(PartitionFailed, match="neither a barrier nor 'more'"):
+        StreamMarker.decode(b'{}', "subpartition 0 of result#0")
 
 
 def test_a_failed_partition_surfaces_its_failure_message_at_the_consumer(producer_process, pool):
