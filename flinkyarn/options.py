@@ -277,15 +277,39 @@ FAILURE_RATE_DELAY = option(
     "failure-rate: pause between a failure and the restart it causes.")
 
 
-JOB_OPTIONS = ("jobmanager.execution.failover-strategy, pipeline.max-parallelism and "
-               "restart-strategy.*")
+# Checkpoints (streaming jobs; a job may set these for itself)
+CHECKPOINTING_INTERVAL = option(
+    "execution.checkpointing.interval", DURATION, "0 s",
+    "How often the CheckpointCoordinator triggers a checkpoint of a streaming job; 0: no checkpoints.")
+CHECKPOINTING_TIMEOUT = option(
+    "execution.checkpointing.timeout", POSITIVE_DURATION, "10 min",
+    "A checkpoint not completed within this time after its trigger is aborted.")
+CHECKPOINTING_MIN_PAUSE = option(
+    "execution.checkpointing.min-pause", DURATION, "0 s",
+    "The least time between the end of one checkpoint and the trigger of the next.")
+CHECKPOINTING_MAX_CONCURRENT = option(
+    "execution.checkpointing.max-concurrent-checkpoints", integer(1), "1",
+    "Most checkpoints in progress at once.")
+CHECKPOINTING_TOLERABLE_FAILURES = option(
+    "execution.checkpointing.tolerable-failed-checkpoints", integer(0), "0",
+    "Checkpoint failures in a row (declined, timed out, not written) a job tolerates; one more fails it over.")
+CHECKPOINTS_DIRECTORY = option(
+    "state.checkpoints.dir", STRING, "",
+    "Where checkpoints are written (a folder per job; hdfs:// or a local path); empty: checkpoints/ under the user's staging directory on YARN, else under the temporary folder.")
+CHECKPOINTS_NUM_RETAINED = option(
+    "state.checkpoints.num-retained", integer(1), "1",
+    "How many of a job's newest completed checkpoints are kept; older ones are deleted.")
+
+
+JOB_OPTIONS = ("jobmanager.execution.failover-strategy, pipeline.max-parallelism, "
+               "restart-strategy.*, execution.checkpointing.* and state.checkpoints.*")
 
 
 def is_job_option(key: str) -> bool:
     """Whether a job may set `key` for itself (Flink's job-level fault-tolerance
     settings); everything else belongs to the cluster."""
     return key in (FAILOVER_STRATEGY.key, PIPELINE_MAX_PARALLELISM.key) or key.startswith(
-        "restart-strategy.")
+        ("restart-strategy.", "execution.checkpointing.", "state.checkpoints."))
 
 
 def is_client_option(key: str) -> bool:
@@ -431,6 +455,36 @@ class RestartStrategyConfig:
             max_failures_per_interval=conf.get(FAILURE_RATE_MAX_FAILURES_PER_INTERVAL),
             failure_rate_interval=conf.get(FAILURE_RATE_INTERVAL),
             failure_rate_delay=conf.get(FAILURE_RATE_DELAY),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    """The execution.checkpointing.* and state.checkpoints.* options of a job, in
+    seconds; `interval` 0: no checkpoints; `directory` empty: the cluster's default."""
+
+    interval: float = 0.0
+    timeout: float = 600.0
+    min_pause: float = 0.0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    directory: str = ""
+    num_retained: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0
+
+    @classmethod
+    def from_configuration(cls, conf: Configuration) -> CheckpointConfig:
+        return cls(
+            interval=conf.get(CHECKPOINTING_INTERVAL),
+            timeout=conf.get(CHECKPOINTING_TIMEOUT),
+            min_pause=conf.get(CHECKPOINTING_MIN_PAUSE),
+            max_concurrent=conf.get(CHECKPOINTING_MAX_CONCURRENT),
+            tolerable_failures=conf.get(CHECKPOINTING_TOLERABLE_FAILURES),
+            directory=conf.get(CHECKPOINTS_DIRECTORY),
+            num_retained=conf.get(CHECKPOINTS_NUM_RETAINED),
         )
 
 
