@@ -296,6 +296,11 @@ CHECKPOINTING_TOLERABLE_FAILURES = option(
 CHECKPOINTS_DIRECTORY = option(
     "state.checkpoints.dir", STRING, "",
     "Where checkpoints are written (a folder per job; hdfs:// or a local path); empty: checkpoints/ under the user's staging directory on YARN, else under the temporary folder.")
+CHECKPOINTS_RETENTION = option(
+    "execution.checkpointing.externalized-checkpoint-retention",
+    choice("NO_EXTERNALIZED_CHECKPOINTS", "DELETE_ON_CANCELLATION", "RETAIN_ON_CANCELLATION"),
+    "NO_EXTERNALIZED_CHECKPOINTS",
+    "What becomes of a job's checkpoints when it ends: NO_EXTERNALIZED_CHECKPOINTS deletes them; DELETE_ON_CANCELLATION keeps them when the job failed; RETAIN_ON_CANCELLATION also when it was cancelled. A finished job's are deleted.")
 CHECKPOINTS_NUM_RETAINED = option(
     "state.checkpoints.num-retained", integer(1), "1",
     "How many of a job's newest completed checkpoints are kept; older ones are deleted.")
@@ -470,6 +475,7 @@ class CheckpointConfig:
     tolerable_failures: int = 0
     directory: str = ""
     num_retained: int = 1
+    retention: str = "NO_EXTERNALIZED_CHECKPOINTS"
 
     @property
     def enabled(self) -> bool:
@@ -485,6 +491,7 @@ class CheckpointConfig:
             tolerable_failures=conf.get(CHECKPOINTING_TOLERABLE_FAILURES),
             directory=conf.get(CHECKPOINTS_DIRECTORY),
             num_retained=conf.get(CHECKPOINTS_NUM_RETAINED),
+            retention=conf.get(CHECKPOINTS_RETENTION),
         )
 
 

@@ -9,6 +9,14 @@ End of partition, cancellation and failure are explicit: on success every produc
 partition is finished; on failure it is failed with the error (consumers see it); on
 cancellation gates are closed and partitions released, which wakes a thread blocked
 on backpressure or on an empty channel.
+
+Checkpoints: a source task takes the JobMaster's trigger between two batches; any other
+task takes the barrier once its input gate aligned it. Either passes the barrier on to
+every output first, then writes each operator's snapshot_state() under the job's
+checkpoint folder (flinkyarn/checkpoints.py) and acknowledges with the files; a
+snapshot that fails declines the checkpoint (the task goes on). A confirmation goes to
+every operator (notify_checkpoint_complete). A task deployed with a restore gives each
+operator its state back (initialize_state) before the first batch.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from flinkyarn import retry
+from flinkyarn import checkpoints, retry
+from flinkyarn.checkpoints import TaskStateSnapshot
 from flinkyarn.gateways.job_master import PartitionLocation, PartitionLocationState
 from flinkyarn.gateways.task_executor import ConsumedPartition
 from flinkyarn.pipeline.operator import Operator, SourceOperator
@@ -29,11 +38,13 @@ from flinkyarn.pipeline.pyspark_script import PySparkScript
 from flinkyarn.pipeline.task_spec import StreamTaskSpec
 from taskexecutor.environment import TaskEnvironment
 from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
-from taskexecutor.network.input_gate import InputGate, LocalInputChannel, RemoteInputChannel
+from taskexecutor.network.input_gate import (CheckpointAborted, InputGate, LocalInputChannel,
+                                             RemoteInputChannel)
 from taskexecutor.network.partition import ResultPartition, ResultPartitionID
 from taskexecutor.network.partitioner import Partitioner, make_partitioner
+from taskexecutor.network.subpartition import CheckpointBarrier
 from taskexecutor.pyspark_driver import PySparkDriver
-from taskexecutor.task import TaskCancelled, TaskContext
+from taskexecutor.task import TaskCancelled, TaskContext, TriggerBarrier
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +84,23 @@ class StreamOperatorContext:
         return self.environment.spark.get()
 
 
-def _call(operator: Operator, what: str, *args) -> list[pa.RecordBatch]:
+def _named(operator: Operator, what: str, *args):
     """Calls an operator method, naming the operator in any error it raises."""
     try:
-        result = getattr(operator, what)(*args)
-        return [] if result is None else list(result)
+        return getattr(operator, what)(*args)
     except TaskCancelled:
         raise
     except Exception as error:
         raise OperatorError(f"operator {operator.name!r}: {type(error).__name__}: {error}") from error
 
 
-def _batches(source: SourceOperator, context: StreamOperatorContext) -> Iterable[pa.RecordBatch]:
+def _call(operator: Operator, what: str, *args) -> list[pa.RecordBatch]:
+    """Calls an operator method that returns batches, naming the operator in errors."""
+    result = _named(operator, what, *args)
+    return [] if result is None else list(result)
+
+
+def _batches(source: SourceOperator, context: StreamOperatorContext) -> Iterable[pa.RecordBatch | None]:
     """What a source gives: a PySpark script's driver process runs here to its end and
     gives nothing; any other source is read."""
     if isinstance(source, PySparkScript):
@@ -93,8 +109,9 @@ def _batches(source: SourceOperator, context: StreamOperatorContext) -> Iterable
     return source.read()
 
 
-def _read(source: SourceOperator, context: StreamOperatorContext) -> Iterable[pa.RecordBatch]:
-    """The source's batches one at a time (never all at once), naming it in errors."""
+def _read(source: SourceOperator, context: StreamOperatorContext) -> Iterable[pa.RecordBatch | None]:
+    """The source's batches one at a time (never all at once; None: nothing for now),
+    naming it in errors."""
     try:
         iterator = iter(_batches(source, context))
         while True:
@@ -242,15 +259,26 @@ class StreamTask:
             for operator in self.operators:
                 _call(operator, "open", context)
                 opened.append(operator)
+            self._restore()
             head = self.operators[0]
             if isinstance(head, SourceOperator):
                 for batch in _read(head, context):
                     self.task.check_cancelled()
-                    self._push(1, [batch])
+                    if batch is not None:
+                        self._push(1, [batch])
+                    self._take_controls()
             elif self.gate is not None:
-                for channel_index, batch in self.gate:
+                self.task.on_control(self.gate.wake)
+                for channel_index, event in self.gate:
                     self.task.check_cancelled()
-                    self._push(1, _call(head, "process", batch, self._channel_input[channel_index]))
+                    if isinstance(event, pa.RecordBatch):
+                        self._push(1, _call(head, "process", event,
+                                            self._channel_input[channel_index]))
+                    elif isinstance(event, CheckpointBarrier):
+                        self._checkpoint(event.checkpoint_id, event.timestamp)
+                    elif isinstance(event, CheckpointAborted):
+                        self._decline(event.checkpoint_id, event.reason)
+                    self._take_controls()
             self.task.check_cancelled()
             self._finish_chain()
             for partition in self.partitions:
@@ -273,6 +301,73 @@ class StreamTask:
                 except Exception:
                     log.exception("closing operator %s failed", operator.name)
             shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+    # --------------------------------------------------------------- checkpoints
+
+    def _take_controls(self) -> None:
+        """The JobMaster's triggers (sources) and confirmations posted since last time."""
+        for control in self.task.take_controls():
+            if isinstance(control, TriggerBarrier):
+                if isinstance(self.operators[0], SourceOperator):
+                    self._checkpoint(control.checkpoint_id, control.timestamp)
+                else:
+                    self._decline(control.checkpoint_id, "only source tasks are triggered")
+            else:
+                for operator in self.operators:
+                    _named(operator, "notify_checkpoint_complete", control.checkpoint_id)
+
+    def _checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+        """The barrier goes on to every output, then the chain's state is written and the
+        checkpoint acknowledged (or declined, naming what failed)."""
+        try:
+            barrier = CheckpointBarrier(checkpoint_id, timestamp)
+            for partition in self.partitions:
+                partition.broadcast_event(barrier)
+            snapshot = self._snapshot(checkpoint_id)
+        except TaskCancelled:
+            raise
+        except Exception as error:
+            log.warning("%s: checkpoint %d failed: %s", self.task.task_name, checkpoint_id, error)
+            self._decline(checkpoint_id, f"{self.task.task_name}: {type(error).__name__}: {error}")
+            return
+        if self.task.checkpoints is not None:
+            self.task.checkpoints.acknowledge(checkpoint_id, snapshot)
+
+    def _snapshot(self, checkpoint_id: int) -> TaskStateSnapshot:
+        deployment = self.task.deployment
+        written: dict[str, dict[str, str]] = {}
+        size = 0
+        for operator, operator_id in zip(self.operators, self.spec.operator_ids):
+            state = _named(operator, "snapshot_state", checkpoint_id)
+            if not state:
+                continue
+            if not deployment.checkpoint_dir:
+                raise RuntimeError("the task has state but no checkpoint folder")
+            files = {}
+            for name, table in state.items():
+                files[name], bytes_written = checkpoints.write_state(
+                    deployment.checkpoint_dir, checkpoint_id, operator_id,
+                    deployment.subtask_index, deployment.attempt_id, name, table)
+                size += bytes_written
+            written[operator_id] = files
+        return TaskStateSnapshot(written, size)
+
+    def _decline(self, checkpoint_id: int, reason: str) -> None:
+        if self.task.checkpoints is not None:
+            self.task.checkpoints.decline(checkpoint_id, reason)
+
+    def _restore(self) -> None:
+        """Each operator's state in the checkpoint the task starts from, if it has any."""
+        restore = self.task.deployment.restore
+        if restore is None:
+            return
+        for operator, operator_id in zip(self.operators, self.spec.operator_ids):
+            files = restore.snapshot.operators.get(operator_id)
+            if files:
+                state = {name: checkpoints.read_state(path) for name, path in files.items()}
+                _named(operator, "initialize_state", state)
+        log.info("%s restored from checkpoint %d", self.task.task_name, restore.checkpoint_id)
 
 
 def run_stream_task(spec: StreamTaskSpec, task: TaskContext) -> None:

@@ -10,14 +10,16 @@ context's `cancelled` event is set and `ctx.sleep` / `ctx.check_cancelled` raise
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, TypeAlias
 
 import cloudpickle
 
+from flinkyarn.checkpoints import TaskStateSnapshot
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.job_master import FailureKind, OutputChunk, PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
@@ -76,6 +78,34 @@ class TaskFailure:
         return cls(cause)
 
 
+@dataclass(frozen=True, slots=True)
+class TriggerBarrier:
+    """The JobMaster triggers checkpoint `checkpoint_id` at this source task."""
+
+    checkpoint_id: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfirmed:
+    """Checkpoint `checkpoint_id` completed (every task acknowledged it)."""
+
+    checkpoint_id: int
+
+
+CheckpointControl: TypeAlias = TriggerBarrier | CheckpointConfirmed
+
+
+class CheckpointResponder(Protocol):
+    """How a task answers its JobMaster about checkpoints (any thread, not blocking)."""
+
+    def acknowledge(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
+        ...
+
+    def decline(self, checkpoint_id: int, reason: str) -> None:
+        ...
+
+
 class TaskContext:
     """What a running subtask knows about itself, and what it may use of its
     TaskExecutor: the environment (data plane, Spark), `locate`, which asks the
@@ -100,6 +130,32 @@ class TaskContext:
         self._cancelled = cancelled
         self._cancel_hooks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
+        self.checkpoints: CheckpointResponder | None = None
+        self._controls: queue.SimpleQueue[CheckpointControl] = queue.SimpleQueue()
+        self._wake: Callable[[], None] | None = None
+
+    def post_control(self, control: CheckpointControl) -> None:
+        """From the TaskExecutor's loop: a checkpoint trigger or confirmation for the task
+        thread, which takes it between two batches (it is woken if it waits for input)."""
+        self._controls.put(control)
+        with self._lock:
+            wake = self._wake
+        if wake is not None:
+            wake()
+
+    def on_control(self, wake: Callable[[], None]) -> None:
+        """`wake` (any thread) makes the task thread look at its controls soon."""
+        with self._lock:
+            self._wake = wake
+
+    def take_controls(self) -> list[CheckpointControl]:
+        """The controls posted since the last call, in order (task thread)."""
+        taken = []
+        while True:
+            try:
+                taken.append(self._controls.get_nowait())
+            except queue.Empty:
+                return taken
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Runs `hook` (from the cancelling thread) when the task is cancelled, e.g. to
@@ -155,13 +211,14 @@ class Task:
                  environment: "TaskEnvironment | None" = None,
                  locate: Callable[[IntermediateDataSetID, int], PartitionLocation] | None = None,
                  report_output: Callable[[list[OutputChunk], str | None, str | None], None]
-                 | None = None) -> None:
+                 | None = None, checkpoints: CheckpointResponder | None = None) -> None:
         self.deployment = deployment
         self.attempt_id = deployment.attempt_id
         self._report = report
         self._cancelled = threading.Event()
         self.context = TaskContext(deployment, self._cancelled, environment, locate,
                                    report_output)
+        self.context.checkpoints = checkpoints
         self._thread = threading.Thread(
             target=self._run, daemon=True,
             name=f"{deployment.vertex_name} ({deployment.subtask_index + 1}/"
@@ -176,6 +233,10 @@ class Task:
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
+
+    def post_control(self, control: CheckpointControl) -> None:
+        """A checkpoint trigger or confirmation for the task's thread (any thread)."""
+        self.context.post_control(control)
 
     @property
     def name(self) -> str:

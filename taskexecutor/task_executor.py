@@ -30,7 +30,9 @@ from flinkyarn import kerberos, options, retry
 from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
-from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGateway,
+from flinkyarn.checkpoints import TaskStateSnapshot
+from flinkyarn.gateways.job_master import (AcknowledgeCheckpoint, DeclineCheckpoint,
+                                           DisconnectTaskManager, JobMasterGateway,
                                            OfferSlots, OutputChunk,
                                            PartitionLocation, ReportTaskOutput,
                                            RegisterTaskManager, RequestPartitionLocation,
@@ -41,10 +43,11 @@ from flinkyarn.gateways.resource_manager import (DisconnectTaskExecutor, NotifyS
                                                  RequestApplicationTokens, ResourceManagerGateway,
                                                  TaskExecutorRegistration)
 from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot, CancelTask,
-                                              DisconnectJobManager, DisconnectResourceManager,
-                                              FreeSlot, JobHeartbeatRequest, ReleasePartitions,
+                                              ConfirmCheckpoint, DisconnectJobManager,
+                                              DisconnectResourceManager, FreeSlot,
+                                              JobHeartbeatRequest, ReleasePartitions,
                                               SubmitTask, TaskExecutorGateway,
-                                              UpdateDelegationTokens)
+                                              TriggerCheckpoint, UpdateDelegationTokens)
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID, IntermediateDataSetID,
                            JobID, JobMasterId, ResourceID, ResourceManagerId, SlotID)
@@ -52,12 +55,13 @@ from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
-from flinkyarn.rpc.errors import RpcError
+from flinkyarn.rpc.errors import NotFound, RpcError
 from flinkyarn.rpc.service import RpcService, with_timeout
 from flinkyarn.slots import SlotReport
 from taskexecutor.environment import TaskEnvironment
 from taskexecutor.slot_table import SlotTaken, TaskSlotTable
-from taskexecutor.task import Task, TaskFailure
+from taskexecutor.task import (CheckpointConfirmed, CheckpointControl, Task, TaskFailure,
+                               TriggerBarrier)
 
 log = logging.getLogger(__name__)
 
@@ -464,10 +468,31 @@ class TaskExecutor(RpcEndpoint):
         task = self._task_factory(deployment, lambda t, state, failure: loop.call_soon_threadsafe(
             self._task_state_changed, t, state, failure), self.environment,
             self._partition_locator(connection, loop),
-            self._output_reporter(connection, loop, deployment.attempt_id))
+            self._output_reporter(connection, loop, deployment.attempt_id),
+            _CheckpointResponder(self, connection, loop, deployment.attempt_id))
         self.tasks[deployment.attempt_id] = task
         task.start()
         return ACK
+
+    async def trigger_checkpoint(self, request: TriggerCheckpoint) -> Ack:
+        self._post(request.job_master_id, request.attempt_id,
+                   TriggerBarrier(request.checkpoint_id, request.timestamp))
+        return ACK
+
+    async def confirm_checkpoint(self, request: ConfirmCheckpoint) -> Ack:
+        self._post(request.job_master_id, request.attempt_id,
+                   CheckpointConfirmed(request.checkpoint_id))
+        return ACK
+
+    def _post(self, job_master_id: JobMasterId, attempt_id: ExecutionAttemptID,
+              control: CheckpointControl) -> None:
+        task = self.tasks.get(attempt_id)
+        if task is None:
+            raise NotFound(f"task {attempt_id} does not run on TaskExecutor {self.resource_id}")
+        connection = self.job_connections.get(task.deployment.job_id)
+        check_fencing(connection.job_master_id if connection else None, job_master_id,
+                      "JobMaster id")
+        task.post_control(control)
 
     async def cancel_task(self, request: CancelTask) -> Ack:
         task = self.tasks.get(request.attempt_id)
@@ -596,6 +621,39 @@ class TaskExecutor(RpcEndpoint):
         except RpcError as error:
             log.warning("could not report %s of %s to its JobMaster: %s", state.value,
                         attempt_id, error)
+
+
+class _CheckpointResponder:
+    """A task's answers about checkpoints, sent to its JobMaster from the TaskExecutor's
+    loop (the task thread does not wait for them)."""
+
+    def __init__(self, executor: TaskExecutor, connection: JobManagerConnection,
+                 loop: asyncio.AbstractEventLoop, attempt_id: ExecutionAttemptID) -> None:
+        self._executor = executor
+        self._connection = connection
+        self._loop = loop
+        self._attempt_id = attempt_id
+
+    def acknowledge(self, checkpoint_id: int, snapshot: TaskStateSnapshot) -> None:
+        self._send(self._connection.gateway.acknowledge_checkpoint(AcknowledgeCheckpoint(
+            self._connection.job_master_id, self._attempt_id, checkpoint_id, snapshot)),
+            checkpoint_id)
+
+    def decline(self, checkpoint_id: int, reason: str) -> None:
+        self._send(self._connection.gateway.decline_checkpoint(DeclineCheckpoint(
+            self._connection.job_master_id, self._attempt_id, checkpoint_id, reason)),
+            checkpoint_id)
+
+    def _send(self, call, checkpoint_id: int) -> None:
+        async def send() -> None:
+            try:
+                await call
+            except RpcError as error:  # the checkpoint times out at the JobMaster
+                log.warning("could not answer checkpoint %d of task %s: %s", checkpoint_id,
+                            self._attempt_id, error)
+
+        self._loop.call_soon_threadsafe(
+            lambda: self._executor.spawn(send(), f"checkpoint-{checkpoint_id}-{self._attempt_id}"))
 
 
 def _conforms_to_gateway(endpoint: TaskExecutor) -> TaskExecutorGateway:

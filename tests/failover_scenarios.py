@@ -17,9 +17,10 @@ from typing import Callable, Iterator
 import cloudpickle
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from flinkyarn import Pipeline
+from flinkyarn import Pipeline, checkpoints
 from flinkyarn.connectors.filesystems import resolve
 from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.pipeline.operator import Operator
@@ -219,3 +220,48 @@ def lost_blocking_partition_reruns_its_producer(target: Target, exchange: str,
     assert any("consume" in t and "(2/2)" in t for t in restarted) is not deterministic, restarted
     table = read(out)
     assert pc.sum(table.column("n")).as_py() == TOTAL and table.num_rows == N
+
+
+def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetails:
+    """The summing job with checkpoints (every 100 ms, under the scratch folder): a
+    TaskExecutor is SIGKILLed once a checkpoint completed and while the sources hold in
+    the middle of their input. The restarted tasks start from the latest checkpoint: the
+    sources skip what they had emitted, the sums go on from their checkpointed partials.
+    The sum is exact only if both did (a source from the start would count records
+    twice, sums from zero would lose some)."""
+    folder = jobs.join(target.scratch, f"harm-{uuid.uuid4().hex[:8]}")
+    jobs.make_folder(folder)
+    out = target.output("sum")
+    p = Pipeline("checkpointed sum", parallelism=2, configuration={
+        **RESTARTING, "execution.checkpointing.interval": "100 ms",
+        "state.checkpoints.dir": jobs.join(target.scratch, "checkpoints")})
+    p.from_generator(HeldNumbers(folder, at_batch=10), name="numbers") \
+        .key_by("k").sum("n").write_parquet(out)
+    job_id = target.submit(p)
+    try:
+        wait_for(lambda: jobs.markers(folder, "held") == {"0", "1"}, 180,
+                 "both sources holding in the middle of the job")
+        view = wait_for(lambda: (v := target.rest.job(job_id).checkpoints) and v.completed and v,
+                        60, "a completed checkpoint")
+        # Each subtask's state is in it (the sums' too: both had data by batch 10).
+        latest = checkpoints.read_metadata(checkpoints.checkpoint_directory(
+            view.directory, view.last_completed_id or 0))
+        vertices = target.rest.job(job_id).vertices
+        assert sorted((t.vertex_id, t.subtask_index) for t in latest.tasks
+                      if t.snapshot.operators) == sorted(
+            (v.vertex_id, i) for v in vertices for i in range(v.parallelism))
+        victim = target.rest.overview().task_executors[0].resource_id
+        os.kill(target.pid_of(victim), signal.SIGKILL)
+    finally:
+        jobs.write_text(jobs.join(folder, "harmed"))
+    details = target.result(job_id)
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.restarts >= 1 and victim in (details.root_cause or "")
+    assert details.checkpoints is not None and details.checkpoints.restored_from is not None
+    # A finished job's checkpoints are deleted (externalized-checkpoint-retention).
+    filesystem, job_folder = resolve(view.directory)
+    assert filesystem.get_file_info(job_folder).type == pafs.FileType.NotFound
+    table = read(out)
+    assert pc.sum(table.column("n_sum")).as_py() == TOTAL
+    assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
+    return details

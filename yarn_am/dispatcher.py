@@ -252,7 +252,8 @@ class Dispatcher(RpcEndpoint):
                           overview.end_time, cause, vertices, scheduler.restarts,
                           record.root_cause or scheduler.root_cause, history,
                           job_master.config.restart_strategy.attempt_limit,
-                          spark_id, spark_url, record.output.tail())
+                          spark_id, spark_url, record.output.tail(),
+                          job_master.checkpoint_view())
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
         executors = [TaskExecutorView(record.resource_id, record.address,

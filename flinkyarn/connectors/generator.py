@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -13,15 +13,32 @@ from flinkyarn.pipeline.operator import SourceOperator
 class GeneratorSource(SourceOperator):
     """Each subtask yields what `fn(subtask_index, parallelism)` returns: RecordBatches or
     Tables, re-cut into batches of at most `context.batch_size` rows. `fn` is called once
-    per attempt, in the task thread; it must be picklable (cloudpickle) and finite."""
+    per attempt, in the task thread; it must be picklable (cloudpickle) and finite.
+
+    Its position is its state: how many batches it had emitted at a checkpoint. A
+    subtask restored from one generates again and skips that many, so `fn` must give
+    the same batches in every attempt (as a replayable source does)."""
 
     def __init__(self, fn: Callable[[int, int], Iterable[pa.RecordBatch | pa.Table]],
                  name: str | None = None) -> None:
         self.fn = fn
         self.name = f"Source: {name or 'generator(' + getattr(fn, '__name__', 'fn') + ')'}"
+        self._emitted = 0
+        self._skip = 0
 
     def read(self) -> Iterator[pa.RecordBatch]:
-        return cap_rows(self._batches(), self.context.batch_size)
+        self._emitted = self._skip
+        for position, batch in enumerate(cap_rows(self._batches(), self.context.batch_size)):
+            if position < self._skip:
+                continue
+            self._emitted = position + 1
+            yield batch
+
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
+        return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        self._skip = self._emitted = state["position"].column("emitted")[0].as_py()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         for item in self.fn(self.context.subtask_index, self.context.parallelism):

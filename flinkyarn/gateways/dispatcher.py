@@ -54,6 +54,23 @@ class RestartView(msgspec.Struct, frozen=True):
     restarted: list[str]  # task names, "NAME (i/n)"
 
 
+class CheckpointView(msgspec.Struct, frozen=True):
+    """A streaming job's checkpoints (Flink's checkpoint statistics): counts, the last
+    completed one (its duration in s and size in bytes), the last failure, and the
+    checkpoint the latest (re)start restored from."""
+
+    triggered: int = 0
+    completed: int = 0
+    failed: int = 0
+    in_progress: int = 0
+    last_completed_id: int | None = None
+    last_completed_duration: float | None = None
+    last_completed_size: int | None = None
+    last_failure: str | None = None
+    restored_from: int | None = None
+    directory: str = ""
+
+
 class JobDetails(msgspec.Struct, frozen=True):
     job_id: JobID
     name: str
@@ -69,6 +86,7 @@ class JobDetails(msgspec.Struct, frozen=True):
     spark_application: str | None = None   # a PySpark script's Spark application on YARN
     spark_tracking_url: str | None = None  # ... and its tracking URL through YARN's proxy
     output_tail: str = ""                  # the last lines its tasks printed
+    checkpoints: CheckpointView | None = None  # a job that takes checkpoints
 
 
 class OutputLine(msgspec.Struct, frozen=True):

@@ -1,4 +1,5 @@
-"""JobMasterGateway: TaskExecutors connect, offer slots and report task states."""
+"""JobMasterGateway: TaskExecutors connect, offer slots, report task states and acknowledge
+checkpoints."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Protocol
 
 import msgspec
 
+from flinkyarn.checkpoints import TaskStateSnapshot
 from flinkyarn.gateways import Ack, HeartbeatRequest, callable_by
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID,
                            InstanceID, IntermediateResultPartitionID, JobID, JobMasterId,
@@ -72,6 +74,24 @@ class UpdateTaskExecutionState(msgspec.Struct, frozen=True):
     error: str | None = None
     failure_kind: FailureKind = FailureKind.TASK
     lost_partitions: list[IntermediateResultPartitionID] = []
+
+
+class AcknowledgeCheckpoint(msgspec.Struct, frozen=True):
+    """A task's state for checkpoint `checkpoint_id` is written (its barrier passed on)."""
+
+    job_master_id: JobMasterId
+    attempt_id: ExecutionAttemptID
+    checkpoint_id: int
+    snapshot: TaskStateSnapshot
+
+
+class DeclineCheckpoint(msgspec.Struct, frozen=True):
+    """A task could not take its part of checkpoint `checkpoint_id`; `reason` for people."""
+
+    job_master_id: JobMasterId
+    attempt_id: ExecutionAttemptID
+    checkpoint_id: int
+    reason: str
 
 
 class OutputChunk(msgspec.Struct, frozen=True):
@@ -140,7 +160,8 @@ class PartitionLocation(msgspec.Struct, frozen=True):
 
 @callable_by(taskexecutor=frozenset({
     "register_task_manager", "offer_slots", "update_task_execution_state", "report_task_output",
-    "disconnect_task_manager", "request_partition_location"}))
+    "disconnect_task_manager", "request_partition_location", "acknowledge_checkpoint",
+    "decline_checkpoint"}))
 class JobMasterGateway(Protocol):
     async def register_task_manager(self, request: RegisterTaskManager) -> TaskManagerRegistration:
         ...
@@ -164,6 +185,12 @@ class JobMasterGateway(Protocol):
         ...
 
     async def request_partition_location(self, request: RequestPartitionLocation) -> PartitionLocation:
+        ...
+
+    async def acknowledge_checkpoint(self, request: AcknowledgeCheckpoint) -> Ack:
+        ...
+
+    async def decline_checkpoint(self, request: DeclineCheckpoint) -> Ack:
         ...
 
 

@@ -6,6 +6,7 @@ from typing import Protocol
 
 import msgspec
 
+from flinkyarn.checkpoints import TaskRestore
 from flinkyarn.gateways import Ack, HeartbeatRequest
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
                            JobMasterId, JobVertexID, ResourceID, ResourceManagerId, SlotID)
@@ -62,6 +63,8 @@ class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):
     consumed_partitions: list[ConsumedPartition] = []
     produced_partitions: list[ProducedPartition] = []
     data_key: bytes = b""  # the job's, for a task that produces partitions: checks tickets
+    checkpoint_dir: str = ""  # the job's checkpoints folder (flinkyarn/checkpoints.py), if any
+    restore: TaskRestore | None = None  # the state to start from (a restart, a savepoint)
 
 
 class SubmitTask(msgspec.Struct, frozen=True):
@@ -72,6 +75,24 @@ class SubmitTask(msgspec.Struct, frozen=True):
 class CancelTask(msgspec.Struct, frozen=True):
     job_master_id: JobMasterId
     attempt_id: ExecutionAttemptID
+
+
+class TriggerCheckpoint(msgspec.Struct, frozen=True):
+    """A source task puts barrier `checkpoint_id` into its outputs (after its snapshot)."""
+
+    job_master_id: JobMasterId
+    attempt_id: ExecutionAttemptID
+    checkpoint_id: int
+    timestamp: int
+
+
+class ConfirmCheckpoint(msgspec.Struct, frozen=True):
+    """Checkpoint `checkpoint_id` completed: the task's operators may commit what it
+    covers (Flink's notifyCheckpointComplete)."""
+
+    job_master_id: JobMasterId
+    attempt_id: ExecutionAttemptID
+    checkpoint_id: int
 
 
 class FreeSlot(msgspec.Struct, frozen=True):
@@ -130,6 +151,13 @@ class TaskExecutorGateway(Protocol):
         ...
 
     async def cancel_task(self, request: CancelTask) -> Ack:
+        ...
+
+    async def trigger_checkpoint(self, request: TriggerCheckpoint) -> Ack:
+        """Refused (NotFound) when the task does not run here."""
+        ...
+
+    async def confirm_checkpoint(self, request: ConfirmCheckpoint) -> Ack:
         ...
 
     async def free_slot(self, request: FreeSlot) -> Ack:

@@ -240,7 +240,7 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
                 partitioner=ShipStrategy(edge.partitioner),
                 key_columns=list(edge.key_columns)))
         spec = StreamTaskSpec(operators=tuple(operator_of[n.id] for n in chain), inputs=inputs,
-                              outputs=tuple(outputs))
+                              outputs=tuple(outputs), operator_ids=tuple(ids[n.id] for n in chain))
         vertices.append(JobVertex(
             id=vertex_id,
             name=" -> ".join(n.name for n in chain),

@@ -18,6 +18,15 @@ empty); the StreamTask hands them to the next operator of the chain, or, for the
 one, to the vertex's outputs. A source is the head of its chain and has no inputs: the
 StreamTask iterates `SourceOperator.read()` instead of calling `process`.
 
+Checkpoints (a streaming job with execution.checkpointing.interval), between two calls
+above, on the task thread:
+
+    initialize_state(state)          after open(), when the task starts from a checkpoint
+                                     that holds state of this operator (by its id)
+    snapshot_state(checkpoint_id)    at the checkpoint's barrier: the operator's state as
+                                     of everything before it, as named Arrow tables
+    notify_checkpoint_complete(id)   the checkpoint completed: commit what it covers
+
 Operators are cloudpickled on the client and unpickled in the TaskExecutor; one
 instance per subtask. An exception from any method fails the task; its message should
 name the bad input (file, column), and the StreamTask prefixes the operator's name.
@@ -27,7 +36,7 @@ business (its writes to result partitions block).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
 import pyarrow as pa
 
@@ -91,6 +100,16 @@ class Operator:
     def close(self) -> None:
         pass
 
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table] | None:
+        """This operator's state as of the barrier of `checkpoint_id` (None: none)."""
+        return None
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        """The state this operator's subtask had in the checkpoint the task starts from."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` completed everywhere."""
+
     def file_output(self) -> FileOutput | None:
         """The folder this operator writes, if it is a file sink whose folder the client
         checks and the JobMaster commits (see flinkyarn.connectors.outputs). Called on the
@@ -99,7 +118,10 @@ class Operator:
 
 
 class SourceOperator(Operator):
-    """The head of a source chain: reads this subtask's share of the input."""
+    """The head of a source chain: reads this subtask's share of the input. An
+    unbounded source yields None when it has nothing for now (at least every 100 ms
+    while it waits): the task then takes checkpoint triggers, which otherwise wait for
+    its next batch. Its position (what it read) is its state."""
 
-    def read(self) -> Iterable[pa.RecordBatch]:
+    def read(self) -> Iterable[pa.RecordBatch | None]:
         raise NotImplementedError

@@ -190,7 +190,8 @@ class KeyedAggregateOperator(Operator):
 
     Each batch is reduced to partial aggregates at once (sum, count, min, max; a mean
     is a sum and a count), and partials are merged every MERGE_EVERY batches, so memory
-    grows with the number of distinct keys, not with the input. Vectorised with
+    grows with the number of distinct keys, not with the input. The merged partials are
+    its checkpointed state. Vectorised with
     pyarrow's Table.group_by. Null keys form a group of their own (as in Spark); a sum,
     min, max or mean over only nulls is null.
     """
@@ -224,6 +225,14 @@ class KeyedAggregateOperator(Operator):
             if len(self._pending) >= self.MERGE_EVERY:
                 self._merge()
         return ()
+
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
+        """The partial aggregates per key so far (merged): what a restore goes on from."""
+        self._merge()
+        return {} if self._merged is None else {"partials": self._merged}
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        self._merged = state.get("partials")
 
     def finish(self) -> Iterable[pa.RecordBatch]:
         self._merge()

@@ -42,3 +42,4 @@ class StreamTaskSpec:
     operators: tuple[Operator, ...]    # the chain, head first; a SourceOperator heads a source
     inputs: tuple[InputSpec, ...] = ()
     outputs: tuple[OutputSpec, ...] = ()
+    operator_ids: tuple[str, ...] = ()  # the operators' stable ids (their state's keys)

@@ -35,6 +35,16 @@ _POLL = 0.1  # how often a waiting local channel checks whether it was closed
 _BACKOFF = retry.Backoff(0.02, 1.0)
 
 
+class Wakeup:
+    """What an input gate yields (channel -1) after wake(): the reader has other work."""
+
+    def __repr__(self) -> str:
+        return "WAKEUP"
+
+
+WAKEUP = Wakeup()
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointAborted:
     """What an input gate yields for a barrier it stopped aligning (see InputGate)."""
@@ -253,6 +263,8 @@ class InputGate:
     n is aligned abandons n: the gate yields `(index, CheckpointAborted(n))`, the
     blocked channels go on, and n+k is aligned. A barrier older than the newest seen
     is dropped. A channel that ended counts as aligned, for every later barrier too.
+    `wake()` (any thread) makes the iteration yield `(-1, WAKEUP)` soon, for a task that
+    has something else to do (a checkpoint's confirmation) while no data comes.
 
     Threading: the task thread iterates (once); one daemon reader thread per channel,
     started by the first iteration, feeds a queue of at most `capacity` events (default
@@ -279,7 +291,7 @@ class InputGate:
         self._newest = -1
         self._blocked: list[int | None] = [None] * len(self.channels)
 
-    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted]]:
+    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted | Wakeup]]:
         with self._cond:
             if self._started:
                 raise RuntimeError("an input gate can be iterated only once")
@@ -291,7 +303,7 @@ class InputGate:
                 thread.start()
         return self._events()
 
-    def _events(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted]]:
+    def _events(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted | Wakeup]]:
         while True:
             with self._cond:
                 while not self._queue and self._active and not self._closed:
@@ -314,7 +326,7 @@ class InputGate:
                 raise event
             for done in aligned:
                 yield index, done
-            if isinstance(event, pa.RecordBatch):
+            if isinstance(event, (pa.RecordBatch, Wakeup)):
                 yield index, event
 
     @property
@@ -383,6 +395,10 @@ class InputGate:
             if not self._closed:
                 self._queue.append((index, event))  # past capacity: it carries no data
                 self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Makes the iteration yield (-1, WAKEUP) after what is queued; any thread."""
+        self._put_final(-1, WAKEUP)
 
     def close(self) -> None:
         """Stops reading: queued batches are dropped, channels closed. Idempotent."""

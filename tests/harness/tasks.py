@@ -28,6 +28,7 @@ class ScriptedTask:
         self.state: TaskState | None = None
         self.lost = False  # it died with its process: it reports nothing any more
         self._report = report
+        self.controls: list[object] = []  # checkpoint triggers and confirmations posted
 
     @property
     def vertex_name(self) -> str:
@@ -40,6 +41,9 @@ class ScriptedTask:
     def start(self) -> None:
         self._to(TaskState.INITIALIZING)
         self._to(TaskState.RUNNING)
+
+    def post_control(self, control: object) -> None:
+        self.controls.append(control)
 
     def cancel(self) -> None:
         if self.is_alive():

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from flinkyarn import Pipeline
+from flinkyarn.pipeline.operator import Operator
 from flinkyarn.connectors.filesystems import resolve
 from taskexecutor.task import TaskCancelled
 
@@ -145,3 +146,18 @@ class FailOnce:
         return batch
 
 
+
+
+class SlowSnapshots(Operator):
+    """Passes batches on; its snapshot of checkpoints 1 to `slow` takes `seconds` (longer
+    than the job's execution.checkpointing.timeout: they expire)."""
+
+    def __init__(self, slow: int, seconds: float) -> None:
+        self.slow = slow
+        self.seconds = seconds
+        self.name = "slow snapshots"
+
+    def snapshot_state(self, checkpoint_id: int):
+        if checkpoint_id <= self.slow:
+            time.sleep(self.seconds)
+        return None

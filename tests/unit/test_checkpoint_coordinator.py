@@ -146,3 +146,11 @@ def test_metadata_that_cannot_be_written_fails_the_checkpoint():
     aborted = c.completed_not_written(completed, "hdfs unreachable", 0.6)
     assert aborted.counted and "metadata could not be written: hdfs unreachable" in aborted.reason
     assert c.latest() is None and c.must_fail_over is not None
+
+
+def test_a_trigger_that_finds_its_source_ended_aborts_without_counting():
+    c = coordinator()
+    c.trigger(0, 1, SOURCES, TASKS)
+    assert c.abort(1, "source-0 ended") == Aborted(1, "source-0 ended", False)
+    assert c.abort(1, "again") is None
+    assert c.failures_in_a_row == 0 and c.must_fail_over is None and c.pending == {}

@@ -105,7 +105,8 @@ def test_api_overview_is_the_cluster_overview_with_each_jobs_details_newest_firs
         "vertices": [{"vertex_id": "v-read", "name": "read", "parallelism": 2, "state": "FAILED",
                       "state_counts": {"FAILED": 1, "CANCELED": 1}}],
         "restarts": 0, "root_cause": None, "restart_history": [], "restart_limit": None,
-        "spark_application": None, "spark_tracking_url": None, "output_tail": ""}
+        "spark_application": None, "spark_tracking_url": None, "output_tail": "",
+        "checkpoints": None}
     assert overview["task_executors"] == [{"resource_id": "te-1", "address": "127.0.0.1:4242", "slots": [
         {"index": 0, "state": "allocated", "job_id": "j-run"},
         {"index": 1, "state": "free", "job_id": None}]}]

@@ -108,6 +108,15 @@ def test_killed_task_executor_is_found_by_whichever_comes_first(one_slot_session
     assert "restarted 4 task(s)" in page  # one pipelined region: 2 sources, 2 sums
 
 
+def test_a_killed_streaming_job_goes_on_from_its_latest_checkpoint_on_hdfs(target):
+    """Two TaskExecutor containers (one slot each, on either node) write their state to
+    HDFS; the AppMaster writes the checkpoint's metadata there; the restarted tasks read
+    their state back from it."""
+    details = scenarios.killed_streaming_job_goes_on_from_its_checkpoint(target)
+    view = details.checkpoints
+    assert view is not None and view.directory.startswith("hdfs://"), view
+
+
 def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(target):
     details, victim = scenarios.harm_a_task_executor_mid_job(target, signal.SIGSTOP)
     assert f"heartbeat of TaskExecutor {victim} timed out" in details.root_cause

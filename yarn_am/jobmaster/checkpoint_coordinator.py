@@ -12,6 +12,7 @@ checkpoint completed, fails the job over when told to. Time is what the caller s
     acknowledge(id, task, snapshot, now)
                         -> Completed (all acknowledged: write, then confirm) | None
     decline(id, task, reason, now)          -> Aborted
+    abort(id, reason)                       -> Aborted (a source had ended: not counted)
     expire(now)                             -> the Aborted that timed out
     abort_pending(reason)                   -> the Aborted (a failover: not counted)
     completed_written(completed) / completed_not_written(completed, reason, now)
@@ -207,6 +208,14 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
                 f"acknowledged it)", now))
         return aborted
 
+    def abort(self, checkpoint_id: int, reason: str) -> Aborted | None:
+        """Aborts a pending checkpoint for a reason that is not a failure of it (not
+        counted): a source task ended before its trigger reached it (Flink: not all
+        required tasks running). None when it was not pending."""
+        if self.pending.pop(checkpoint_id, None) is None:
+            return None
+        return Aborted(checkpoint_id, reason, counted=False)
+
     def abort_pending(self, reason: str) -> list[Aborted]:
         """Every pending checkpoint, aborted because the job fails over or ends (not
         counted: the job's own failure is handled as such)."""
@@ -229,6 +238,6 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
         return Aborted(checkpoint_id, reason, counted=True)
 
     def failed_over(self) -> None:
-        """The job restarted from the latest checkpoint: failures count afresh."""
+        """The job fails over for `must_fail_over`: it is cleared. Failures in a row go
+        on counting until a checkpoint completes (one more fails the job over again)."""
         self.must_fail_over = None
-        self.failures_in_a_row = 0

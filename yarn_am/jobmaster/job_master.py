@@ -16,16 +16,22 @@ Connections and heartbeats (seed articles):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from flinkyarn import options, retry
+from flinkyarn import checkpoints, options, retry
+from flinkyarn.checkpoints import (CheckpointMetadata, SubtaskState, TaskRestore,
+                                   TaskStateSnapshot)
 from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
-from flinkyarn.gateways.job_master import (AcceptedSlots, DisconnectTaskManager,
+from flinkyarn.gateways.dispatcher import CheckpointView
+from flinkyarn.gateways.job_master import (AcceptedSlots, AcknowledgeCheckpoint,
+                                           DeclineCheckpoint, DisconnectTaskManager,
                                            JobMasterGateway, OfferSlots, PartitionLocation,
                                            PartitionLocationState, RegisterTaskManager,
                                            ReportTaskOutput, RequestPartitionLocation,
@@ -38,15 +44,18 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlot
                                                  ResourceManagerGateway)
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID, JobID, JobMasterId,
-                           ResourceID, ResourceManagerId, new_id)
-from flinkyarn.jobgraph import JobGraph
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID, InstanceID,
+                           JobID, JobMasterId, ResourceID, ResourceManagerId, new_id)
+from flinkyarn.jobgraph import JobGraph, ResultPartitionType, ScheduleMode
 from flinkyarn import registration as registration_retry
-from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
+from flinkyarn.options import (CheckpointConfig, HeartbeatConfig, RegistrationConfig,
+                               RestartStrategyConfig)
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import InvalidRequest, NotFound, RemoteError, RpcError, Unreachable
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster import failover_strategy
+from yarn_am.jobmaster.checkpoint_coordinator import (Aborted, CheckpointCoordinator,
+                                                       CompletedCheckpoint, NotTriggered)
 from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
 from yarn_am.jobmaster.job_output import JobOutput
@@ -71,14 +80,19 @@ class JobMasterConfig:
     slot_request_timeout: float
     failover_strategy: str
     restart_strategy: RestartStrategyConfig
+    checkpoint: CheckpointConfig = CheckpointConfig()
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> "JobMasterConfig":
+        checkpoint = CheckpointConfig.from_configuration(conf)
+        if not checkpoint.directory:  # a container of a YARN application has skein's id
+            checkpoint = dataclasses.replace(checkpoint, directory=checkpoints.default_directory(
+                on_yarn="SKEIN_APPLICATION_ID" in os.environ))
         return cls(HeartbeatConfig.from_configuration(conf),
                    RegistrationConfig.from_configuration(conf),
                    conf.get(options.SLOT_IDLE_TIMEOUT), conf.get(options.SLOT_REQUEST_TIMEOUT),
                    conf.get(options.FAILOVER_STRATEGY),
-                   RestartStrategyConfig.from_configuration(conf))
+                   RestartStrategyConfig.from_configuration(conf), checkpoint)
 
 
 @dataclass(frozen=True)
@@ -111,11 +125,27 @@ class JobMaster(RpcEndpoint):
         self._on_terminated = on_terminated
         self.job_master_id = JobMasterId(new_id())
         self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
+        # Checkpoints, for a streaming job that asks for them (every exchange pipelined:
+        # barriers do not cross blocking ones, and Flink takes none in batch mode).
+        self.checkpoints: CheckpointCoordinator[ExecutionVertexID, TaskStateSnapshot] | None = None
+        self._checkpoint_dir = ""
+        self.restored_from: int | None = None  # the checkpoint the latest deployment started from
+        self._completing: set[asyncio.Task] = set()  # checkpoints whose metadata is being written
+        if config.checkpoint.enabled:
+            if is_streaming(job_graph):
+                self.checkpoints = CheckpointCoordinator(config.checkpoint, job_graph.name)
+                self._checkpoint_dir = checkpoints.job_directory(config.checkpoint.directory,
+                                                                 self.job_id)
+            else:
+                log.warning("job %s: no checkpoints (execution.checkpointing.interval): it "
+                            "is a batch job or has blocking exchanges", self.job_id)
         # Raises ValueError (the submission is refused) if the failover strategy cannot
         # serve this job, e.g. restart-individual for a job with exchanges.
         self.scheduler = Scheduler(ExecutionGraph(job_graph),
                                    failover_strategy.create(config.failover_strategy),
-                                   restart_strategy.create(config.restart_strategy))
+                                   restart_strategy.create(config.restart_strategy),
+                                   checkpoint_dir=self._checkpoint_dir,
+                                   restore_for=self._restore_for)
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
         # A wide job's requests go out a few at a time, not as thousands of calls at once.
         self._slot_requests_in_flight = asyncio.Semaphore(SLOT_REQUESTS_IN_FLIGHT)
@@ -160,6 +190,8 @@ class JobMaster(RpcEndpoint):
                    "heartbeats")
         self.every(lambda: min(interval, 1.0), self._housekeeping, "housekeeping")
         self.spawn(self._connect_to_resource_manager(), "rm-registration")
+        if self.checkpoints is not None:
+            self.spawn(self._take_checkpoints(), "checkpoints")
         log.info("job %s (%s) starting", self.job_id, self.job_graph.name)
         self._run_scheduler(self.scheduler.start(self._now()))
 
@@ -352,6 +384,178 @@ class JobMaster(RpcEndpoint):
                 log.warning("job %s: cannot kill Spark application %s: %s", self.job_id,
                             app_id, error)
 
+    # -------------------------------------------------------------- checkpoints
+
+    async def _take_checkpoints(self) -> None:
+        """Triggers a checkpoint whenever one is due (the coordinator says when), and
+        aborts those past their timeout; until the job ends."""
+        coordinator = self.checkpoints
+        assert coordinator is not None  # started only with one
+        while not self._terminating:
+            now = self._now()
+            await self._clock.sleep(min(1.0, max(0.01, coordinator.next_trigger_time(now) - now)))
+            if self._terminating:
+                return
+            now = self._now()
+            for aborted in coordinator.expire(now):
+                self._checkpoint_aborted(aborted)
+            if now >= coordinator.next_trigger_time(now):
+                self._trigger_checkpoint(coordinator)
+
+    def _trigger_checkpoint(self, coordinator: CheckpointCoordinator) -> None:
+        vertices = list(self.scheduler.execution_graph.execution_vertices())
+        running = all(v.current_execution.state is ExecutionState.RUNNING for v in vertices)
+        sources = [v for v in vertices if not v.consumed_partitions]
+        result = coordinator.trigger(self._now(), int(time.time() * 1000),
+                                     [v.id for v in sources],
+                                     [v.id for v in vertices] if running else None)
+        if isinstance(result, NotTriggered):
+            log.debug("job %s: no checkpoint now: %s", self.job_id, result.reason)
+            return
+        for vertex in sources:
+            execution = vertex.current_execution
+            record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
+            self.spawn(self._send_trigger(record, vertex.id, execution.attempt_id,
+                                          result.checkpoint_id, result.timestamp),
+                       f"trigger-{result.checkpoint_id}-{execution.attempt_id}")
+
+    async def _send_trigger(self, record: TaskManagerRecord | None, evid: ExecutionVertexID,
+                            attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                            timestamp: int) -> None:
+        try:
+            if record is None:
+                raise RpcError("its TaskExecutor is not connected")
+            await record.gateway.trigger_checkpoint(te.TriggerCheckpoint(
+                self.job_master_id, attempt_id, checkpoint_id, timestamp))
+        except RpcError as error:
+            # The task ended meanwhile (a bounded source finished) or its TaskExecutor is
+            # gone (the failover follows): not a failure of the checkpoint.
+            assert self.checkpoints is not None
+            aborted = self.checkpoints.abort(checkpoint_id, f"the trigger did not reach "
+                                             f"source task {attempt_id}: {error}")
+            if aborted is not None:
+                self._checkpoint_aborted(aborted)
+
+    def _checkpoint_task(self, attempt_id: ExecutionAttemptID) -> ExecutionVertexID | None:
+        """The subtask whose current attempt `attempt_id` is (else None: a stale one)."""
+        execution = self.scheduler.execution_graph.execution(attempt_id)
+        if execution is None or not self.scheduler.execution_graph.is_current(execution):
+            return None
+        return execution.vertex_id
+
+    async def acknowledge_checkpoint(self, request: AcknowledgeCheckpoint) -> Ack:
+        check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        evid = self._checkpoint_task(request.attempt_id)
+        completed = None
+        if evid is not None and self.checkpoints is not None:
+            if request.checkpoint_id not in self.checkpoints.pending:
+                # Late (it expired, or a newer one completed): what it wrote goes.
+                self.spawn(self._discard_checkpoint(request.checkpoint_id),
+                           f"discard-{request.checkpoint_id}")
+                return ACK
+            completed = self.checkpoints.acknowledge(request.checkpoint_id, evid,
+                                                     request.snapshot, self._now())
+        if completed is not None:
+            completing = self.spawn(self._complete_checkpoint(completed),
+                                    f"complete-{completed.checkpoint_id}")
+            self._completing.add(completing)
+            completing.add_done_callback(self._completing.discard)
+        return ACK
+
+    async def decline_checkpoint(self, request: DeclineCheckpoint) -> Ack:
+        check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        evid = self._checkpoint_task(request.attempt_id)
+        if evid is not None and self.checkpoints is not None:
+            aborted = self.checkpoints.decline(request.checkpoint_id, evid, request.reason,
+                                               self._now())
+            if aborted is not None:
+                self._checkpoint_aborted(aborted)
+        return ACK
+
+    async def _complete_checkpoint(self, completed: CompletedCheckpoint) -> None:
+        """Every task acknowledged: the metadata is written (then the checkpoint is the
+        one to restore from), older ones deleted, the tasks told."""
+        coordinator = self.checkpoints
+        assert coordinator is not None
+        metadata = CheckpointMetadata(self.job_id, completed.checkpoint_id, completed.timestamp, [
+            SubtaskState(evid.vertex_id, evid.subtask_index, snapshot)
+            for evid, snapshot in completed.snapshots.items()])
+        try:
+            await self.run_blocking(checkpoints.write_metadata, self._checkpoint_dir, metadata)
+        except Exception as error:
+            self._checkpoint_aborted(coordinator.completed_not_written(
+                completed, f"{type(error).__name__}: {error}", self._now()))
+            return
+        size = sum(snapshot.size for snapshot in completed.snapshots.values())
+        log.info("job %s: checkpoint %d completed in %.2f s (%d bytes)", self.job_id,
+                 completed.checkpoint_id, completed.duration, size)
+        for old in coordinator.completed_written(completed, size, self._now()):
+            await self._discard_checkpoint(old.checkpoint_id)
+        if self._terminating:
+            return
+        for vertex in self.scheduler.execution_graph.execution_vertices():
+            execution = vertex.current_execution
+            record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
+            if record is not None and execution.state is ExecutionState.RUNNING:
+                self.spawn(self._quietly(record.gateway.confirm_checkpoint(te.ConfirmCheckpoint(
+                    self.job_master_id, execution.attempt_id, completed.checkpoint_id))),
+                    f"confirm-{completed.checkpoint_id}-{execution.attempt_id}")
+
+    def _checkpoint_aborted(self, aborted: Aborted) -> None:
+        log.log(logging.WARNING if aborted.counted else logging.INFO,
+                "job %s: checkpoint %d aborted: %s", self.job_id, aborted.checkpoint_id,
+                aborted.reason)
+        self.spawn(self._discard_checkpoint(aborted.checkpoint_id), f"discard-{aborted.checkpoint_id}")
+        coordinator = self.checkpoints
+        if coordinator is not None and coordinator.must_fail_over is not None:
+            cause = coordinator.must_fail_over
+            coordinator.failed_over()
+            self._run_scheduler(self.scheduler.fail_over_all(cause, self._now()))
+
+    async def _discard_checkpoint(self, checkpoint_id: int) -> None:
+        try:
+            await self.run_blocking(checkpoints.discard, self._checkpoint_dir, checkpoint_id)
+        except Exception as error:  # what is left is never read: no metadata
+            log.warning("job %s: could not delete checkpoint %d: %s", self.job_id,
+                        checkpoint_id, error)
+
+    async def _end_checkpoints(self, status: JobStatus) -> None:
+        """The job ended: once the checkpoints being completed are, its checkpoints are
+        deleted, unless execution.checkpointing.externalized-checkpoint-retention keeps
+        them for this end."""
+        await asyncio.gather(*self._completing, return_exceptions=True)
+        retention = self.config.checkpoint.retention
+        if (status is JobStatus.FAILED and retention != "NO_EXTERNALIZED_CHECKPOINTS") or (
+                status is JobStatus.CANCELED and retention == "RETAIN_ON_CANCELLATION"):
+            log.info("job %s: its checkpoints are kept in %s", self.job_id, self._checkpoint_dir)
+            return
+        try:
+            await self.run_blocking(checkpoints.discard_job, self._checkpoint_dir)
+        except Exception as error:
+            log.warning("job %s: could not delete its checkpoints in %s: %s", self.job_id,
+                        self._checkpoint_dir, error)
+
+    def _restore_for(self, evid: ExecutionVertexID) -> TaskRestore | None:
+        """What a subtask deployed now starts from: its state in the latest completed
+        checkpoint, if any."""
+        latest = self.checkpoints.latest() if self.checkpoints is not None else None
+        if latest is None:
+            return None
+        self.restored_from = latest.checkpoint_id
+        snapshot = latest.snapshots.get(evid)
+        return TaskRestore(latest.checkpoint_id, snapshot) if snapshot is not None else None
+
+    def checkpoint_view(self) -> CheckpointView | None:
+        """The job's checkpoint statistics for the REST API (None: it takes none)."""
+        coordinator = self.checkpoints
+        if coordinator is None:
+            return None
+        stats = coordinator.stats
+        return CheckpointView(stats.triggered, stats.completed, stats.failed,
+                              len(coordinator.pending), stats.last_completed_id,
+                              stats.last_completed_duration, stats.last_completed_size,
+                              stats.last_failure, self.restored_from, self._checkpoint_dir)
+
     # ----------------------------------------------------------------- commands
 
     def _run_scheduler(self, commands: list) -> None:
@@ -397,8 +601,10 @@ class JobMaster(RpcEndpoint):
             case sch.CancelTask():
                 self.spawn(self._cancel_task(command), f"cancel-{command.attempt_id}")
             case sch.ScheduleRestart(delay=delay, token=token):
+                self._abort_checkpoints("the job fails over")
                 self.spawn(self._restart_after(delay, token), f"restart-{token}")
             case sch.JobTerminated(status=status, cause=cause):
+                self._abort_checkpoints(f"the job is {status.value}")
                 self._terminate(status, cause)
             case _:
                 raise TypeError(f"unknown Scheduler command {command!r}")
@@ -428,6 +634,12 @@ class JobMaster(RpcEndpoint):
                 self.spawn(self._free_slot(command), f"free-{command.allocation_id}")
             case _:
                 raise TypeError(f"unknown SlotPool command {command!r}")
+
+    def _abort_checkpoints(self, reason: str) -> None:
+        if self.checkpoints is not None:
+            for aborted in self.checkpoints.abort_pending(reason):
+                self.spawn(self._discard_checkpoint(aborted.checkpoint_id),
+                           f"discard-{aborted.checkpoint_id}")
 
     async def _restart_after(self, delay: float, token: int) -> None:
         """The restart strategy's backoff, then the restart (a stale token does nothing)."""
@@ -525,6 +737,8 @@ class JobMaster(RpcEndpoint):
             self._status_while_finishing = STATUS_WHILE_FINISHING[status]
             status, cause = await finish_outputs(self.job_graph, status, cause,
                                                  self.run_blocking)
+        if self.checkpoints is not None:
+            await self._end_checkpoints(status)
         frees = [c for c in self.slot_pool.close(self._now()) if isinstance(c, sp.FreeSlot)]
         releases = [self._quietly(record.gateway.release_partitions(
             te.ReleasePartitions(self.job_master_id, self.job_id)))
@@ -537,6 +751,12 @@ class JobMaster(RpcEndpoint):
         self._on_terminated(JobResult(self.job_id, self.job_graph.name, status, cause,
                                       self.start_time, self.end_time))
         self.stop()
+
+
+def is_streaming(graph: JobGraph) -> bool:
+    """Every task runs at once and every exchange is pipelined: checkpoints can be taken."""
+    return graph.schedule_mode is ScheduleMode.EAGER and all(
+        edge.partition_type is ResultPartitionType.PIPELINED for edge in graph.edges)
 
 
 def _conforms_to_gateway(endpoint: JobMaster) -> JobMasterGateway:

@@ -78,9 +78,10 @@ from __future__ import annotations
 
 import enum
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from flinkyarn.checkpoints import TaskRestore
 from flinkyarn.gateways.job_master import FailureKind
 from flinkyarn.gateways.task_executor import (ConsumedPartition, ProducedPartition,
                                               TaskDeploymentDescriptor)
@@ -279,8 +280,14 @@ class Scheduler:
     def __init__(self, execution_graph: ExecutionGraph,
                  failover: str | FailoverStrategy = "full",
                  restart_strategy: RestartBackoffTimeStrategy | None = None,
-                 data_key: bytes | None = None) -> None:
+                 data_key: bytes | None = None, checkpoint_dir: str = "",
+                 restore_for: Callable[[ExecutionVertexID], TaskRestore | None] | None = None,
+                 ) -> None:
         self._graph = execution_graph
+        # Checkpoints: where a task writes its state, and what a (re)deployed subtask
+        # starts from (the latest completed checkpoint's, when there is one).
+        self._checkpoint_dir = checkpoint_dir
+        self._restore_for = restore_for
         # The job's data-plane key (security.partition_ticket): producers get it, each
         # consumer the tickets of what it reads.
         self._data_key = data_key or secrets.token_bytes(32)
@@ -591,7 +598,9 @@ class Scheduler:
                 ProducedPartition(p.result.id, p.result.partition_type, len(p.consumers),
                                   p.result.consumer)
                 for p in vertex.produced_partitions),
-            data_key=self._data_key if vertex.produced_partitions else b"")
+            data_key=self._data_key if vertex.produced_partitions else b"",
+            checkpoint_dir=self._checkpoint_dir,
+            restore=self._restore_for(vertex.id) if self._restore_for is not None else None)
         return DeployTask(descriptor, slot.task_executor_address)
 
     def _consumed(self, partition, consumer: ExecutionVertexID) -> ConsumedPartition:
@@ -630,6 +639,24 @@ class Scheduler:
             if vertex.id not in to_restart:
                 to_restart |= self._failover.tasks_to_restart(
                     self._graph, vertex.id, kind, self._lost_outputs)
+        return self._restart_later(to_restart, cause, failed[0].task_name, now)
+
+    def fail_over_all(self, cause: str, now: float) -> list[Command]:
+        """A failure of the job rather than of a task (Flink's global failover, e.g.
+        more checkpoint failures in a row than tolerated): every subtask restarts, as the
+        restart strategy allows; else the job fails with `cause`."""
+        if self._graph.status is not JobStatus.RUNNING:
+            return []
+        self._root_cause = cause
+        self._restart_strategy.notify_failure(now)
+        if not self._restart_strategy.can_restart():
+            return self._fail_job(cause, now)
+        return self._restart_later({v.id for v in self._graph.execution_vertices()}, cause,
+                                   "the job", now)
+
+    def _restart_later(self, to_restart: set[ExecutionVertexID], cause: str, failed: str,
+                       now: float) -> list[Command]:
+        """Cancels `to_restart` (what is not CREATED) and schedules its restart."""
         restarted = sorted((evid for evid in to_restart
                             if self._graph.vertex(evid).state is not _S.CREATED),
                            key=self._order.__getitem__)
@@ -640,7 +667,7 @@ class Scheduler:
             self._restart_owner[evid] = token
         self._restarts += 1
         self._restart_records.append(RestartRecord(
-            self._restarts, now, cause, tuple(restarted), failed[0].task_name, delay))
+            self._restarts, now, cause, tuple(restarted), failed, delay))
         del self._restart_records[:-RESTART_HISTORY_SIZE]
         commands = self._cancel([self._graph.vertex(evid) for evid in restarted], now)
         return commands + self._settle(now) + [ScheduleRestart(delay, token)]

@@ -1,0 +1,50 @@
+"""Checkpoints on a local cluster of real processes: a streaming job restarted after a
+lost TaskExecutor goes on from its latest completed checkpoint, exactly (the scenario is
+tests/failover_scenarios.py's)."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+
+from flinkyarn import Pipeline
+from tests import failover_scenarios as scenarios
+from tests.local.conftest import task_executor_process
+from tests.local.jobs import SlowSnapshots, slow_numbers
+
+
+def test_a_killed_streaming_job_goes_on_from_its_latest_checkpoint_exactly(cluster, tmp_path):
+    (tmp_path / "out").mkdir()
+    target = scenarios.Target(cluster.rest, task_executor_process, str(tmp_path / "out"),
+                              str(tmp_path))
+    details = scenarios.killed_streaming_job_goes_on_from_its_checkpoint(target)
+    checkpoints = details.checkpoints
+    assert checkpoints is not None and checkpoints.completed >= 2
+    # Every restarted subtask took its state back (the sum alone would also be exact
+    # if every task started from scratch).
+    logs = "".join(log.read_text() for log in (cluster.work_dir / "logs").glob("*.log"))
+    restored = f"restored from checkpoint {checkpoints.restored_from}"
+    assert logs.count(restored) >= 4, restored
+
+
+def test_checkpoints_that_expire_are_tolerated_up_to_the_limit_then_the_job_fails_over(
+        cluster, tmp_path):
+    """Checkpoints 1 and 2 expire (a snapshot takes 1 s, the timeout is 300 ms): the first
+    is tolerated, the second fails the job over; later ones complete; the sum is exact."""
+    out = tmp_path / "out"
+    p = Pipeline("slow snapshots", parallelism=1, configuration={
+        **scenarios.RESTARTING, "execution.checkpointing.interval": "100 ms",
+        "execution.checkpointing.timeout": "300 ms",
+        "execution.checkpointing.tolerable-failed-checkpoints": "1",
+        "state.checkpoints.dir": str(tmp_path / "checkpoints")})
+    p.from_generator(slow_numbers).transform(SlowSnapshots(slow=2, seconds=1.0)) \
+        .key_by("k").sum("n").write_parquet(str(out))
+    details = scenarios.Target(cluster.rest, task_executor_process, str(out), str(tmp_path)) \
+        .result(cluster.rest.submit(p.job_graph()))
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.restarts == 1
+    assert "exceeded the checkpoint tolerable failure threshold: 2 checkpoint failure(s) in " \
+           "a row, 1 tolerated" in (details.root_cause or "")
+    assert "expired before completing" in (details.root_cause or "")
+    checkpoints = details.checkpoints
+    assert checkpoints is not None and checkpoints.failed == 2 and checkpoints.completed >= 1
+    assert pc.sum(scenarios.read(str(out)).column("n_sum")).as_py() == scenarios.TOTAL
