@@ -70,6 +70,7 @@ class StreamOperatorContext:
         self.tmp_dir = tmp_dir
         self.attempt_id = task.deployment.attempt_id
         self.environment = environment
+        self.checkpointing = bool(task.deployment.checkpoint_dir)
 
     def is_cancelled(self) -> bool:
         return self._task.is_cancelled()

@@ -13,6 +13,7 @@ class FakeContext:
     attempt_number: int = 0
     batch_size: int = 1000
     tmp_dir: str = "/tmp"
+    checkpointing: bool = False
     job_id: str = "job"
     task_name: str = "test task"
 

@@ -19,6 +19,16 @@ attempt replaces the part file of an earlier one. A subtask that received no bat
 writes an empty file only if it knows the schema (the `schema` argument); `close()`
 after a failure removes the in-progress file. Sinks emit nothing.
 
+In a job that takes checkpoints the sinks are exactly-once (two-phase commit, as
+Flink's FileSink): subtask i writes `part-{i:05d}-{n:05d}.<format>`, n counting up. At a
+checkpoint's barrier the in-progress file is closed and pending (its name is part of
+the checkpoint's state); when the checkpoint completes it is renamed to its part file.
+A subtask that starts from a checkpoint renames what that checkpoint still had pending
+(it completed; the confirmation may not have arrived) and deletes its part files
+numbered from the checkpoint's n on (written after it: they will be written again);
+one that starts from scratch deletes all of its part files. So the folder holds each
+record once, and only what a completed checkpoint (or the end of the input) covers.
+
 Write modes (Flink's WriteMode; flinkyarn.connectors.outputs has the details). With
 mode "no_overwrite", the default, a job whose folder exists and is not empty (or is a
 file) is refused by the client before anything runs, so the part files of two runs
@@ -35,7 +45,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -279,16 +289,85 @@ class FileSink(Operator):
         super().open(context)
         self._fs, folder = filesystems.resolve(self.staging or self.path)
         filesystems.ensure_folder(self._fs, folder)
-        part = f"part-{context.subtask_index:05d}{self.suffix}"
-        self.part_file = f"{folder.rstrip('/')}/{part}"
-        self._in_progress = (f"{folder.rstrip('/')}/.{part}.{context.attempt_number}-"
-                             f"{uuid.uuid4().hex[:8]}.inprogress")
+        self._folder = folder.rstrip("/")
         self._writer = None
         self._pending = False  # an in-progress file exists and was not renamed
+        # Checkpointed: the next part's number and the closed files waiting for their
+        # checkpoint to complete, (checkpoint id, in-progress path, part path).
+        self._checkpointed = bool(getattr(context, "checkpointing", False))
+        self._part_number = 0
+        self._to_commit: list[tuple[int, str, str]] = []
+        self._forgotten = False
+        self._name_files()
+
+    def _name_files(self) -> None:
+        index = self.context.subtask_index
+        part = (f"part-{index:05d}-{self._part_number:05d}{self.suffix}" if self._checkpointed
+                else f"part-{index:05d}{self.suffix}")
+        self.part_file = f"{self._folder}/{part}"
+        self._in_progress = (f"{self._folder}/.{part}.{self.context.attempt_number}-"
+                             f"{uuid.uuid4().hex[:8]}.inprogress")
+
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
+        """Closes the file being written: it waits for this checkpoint to complete."""
+        self._forget_output_after(None)
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
+            self._pending = False
+            self._to_commit.append((checkpoint_id, self._in_progress, self.part_file))
+            self._part_number += 1
+            self._name_files()
+        return {"files": pa.table({
+            "checkpoint": pa.array([c for c, _, _ in self._to_commit], pa.int64()),
+            "in_progress": pa.array([i for _, i, _ in self._to_commit], pa.string()),
+            "part": pa.array([p for _, _, p in self._to_commit], pa.string())}),
+            "position": pa.table({"next_part": pa.array([self._part_number], pa.int64())})}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        done = [entry for entry in self._to_commit if entry[0] <= checkpoint_id]
+        self._to_commit = [entry for entry in self._to_commit if entry[0] > checkpoint_id]
+        for _, in_progress, part in done:
+            self._commit(in_progress, part)
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        """The checkpoint completed: what it had pending is committed; the part files of
+        this subtask written after it go (they come again)."""
+        files = state.get("files")
+        if files is not None:
+            for in_progress, part in zip(files.column("in_progress").to_pylist(),
+                                         files.column("part").to_pylist()):
+                self._commit(in_progress, part)
+        self._part_number = state["position"].column("next_part")[0].as_py()
+        self._forget_output_after(self._part_number)
+        self._name_files()
+
+    def _forget_output_after(self, first: int | None) -> None:
+        """Once per attempt, before its first part: deletes this subtask's part files
+        from number `first` on (None: all of them, the job starts from scratch) and its
+        in-progress files no checkpoint refers to any more (earlier attempts')."""
+        if not self._checkpointed or self._forgotten:
+            return
+        self._forgotten = True
+        prefix = f"part-{self.context.subtask_index:05d}-"
+        for entry in self._fs.get_file_info(pafs.FileSelector(self._folder)):
+            name = entry.base_name
+            if name.startswith(f".{prefix}") and name.endswith(".inprogress"):
+                self._fs.delete_file(entry.path)
+            elif name.startswith(prefix) and name.endswith(self.suffix):
+                number = name[len(prefix):len(name) - len(self.suffix)]
+                if number.isdigit() and (first is None or int(number) >= first):
+                    self._fs.delete_file(entry.path)
+
+    def _commit(self, in_progress: str, part: str) -> None:
+        """Renames a closed in-progress file to its part file; done already if it is gone."""
+        if self._fs.get_file_info(in_progress).type != pafs.FileType.NotFound:
+            filesystems.replace(self._fs, in_progress, part)
 
     def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
         writer = self._writer
         if writer is None:
+            self._forget_output_after(None)
             if self.schema is None:
                 self.schema = batch.schema
             writer = self._start_file()
@@ -302,13 +381,19 @@ class FileSink(Operator):
         return ()
 
     def finish(self) -> Iterable[pa.RecordBatch]:
-        if self._writer is None and self.schema is not None:
+        """The end of the input: everything written is final (pending files too)."""
+        self._forget_output_after(None)
+        if self._writer is None and self.schema is not None and not self._to_commit \
+                and self._part_number == 0:
             self._start_file()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.close()
-            filesystems.replace(self._fs, self._in_progress, self.part_file)
+            self._to_commit.append((-1, self._in_progress, self.part_file))
             self._pending = False
+        for _, in_progress, part in self._to_commit:
+            self._commit(in_progress, part)
+        self._to_commit = []
         return ()
 
     def close(self) -> None:

@@ -61,6 +61,7 @@ class OperatorContext(Protocol):
     attempt_id: str       # this execution attempt of the subtask
     environment: object   # the TaskExecutor's TaskEnvironment (a PySpark driver reads its
                           # configuration and scratch folder)
+    checkpointing: bool   # the job takes checkpoints: snapshot_state will be called
 
     def is_cancelled(self) -> bool:
         ...

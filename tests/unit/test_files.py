@@ -249,3 +249,87 @@ def test_generator_source_gives_each_subtask_its_own_batches():
     assert GeneratorSource(numbers).name == "Source: generator(numbers)"
     with pytest.raises(TypeError, match="yielded a list"):
         read_all(GeneratorSource(lambda s, p: [[1, 2]]))
+
+
+# --- exactly-once part files (checkpointed jobs) ------------------------------------------
+
+
+def rows(n: int) -> pa.RecordBatch:
+    return pa.record_batch({"n": [n]})
+
+
+def visible(folder) -> dict[str, list[int]]:
+    """Each visible part file's values of n."""
+    return {p.name: pq.read_table(p).column("n").to_pylist()
+            for p in sorted(folder.iterdir()) if not p.name.startswith(".")}
+
+
+def checkpointed_sink(folder, attempt=0, state=None) -> ParquetSink:
+    sink = ParquetSink(folder)
+    sink.open(FakeContext(subtask_index=2, attempt_number=attempt, checkpointing=True))
+    if state is not None:
+        sink.initialize_state(state)
+    return sink
+
+
+def test_a_checkpointed_sink_shows_a_part_only_once_its_checkpoint_completed(tmp_path):
+    sink = checkpointed_sink(tmp_path)
+    sink.process(rows(1), 0)
+    sink.snapshot_state(1)
+    sink.process(rows(2), 0)
+    assert visible(tmp_path) == {}
+    sink.notify_checkpoint_complete(1)
+    assert visible(tmp_path) == {"part-00002-00000.parquet": [1]}
+    sink.finish()  # the end of the input: the rest is final
+    sink.close()
+    assert visible(tmp_path) == {"part-00002-00000.parquet": [1], "part-00002-00001.parquet": [2]}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_restored_sink_commits_what_its_checkpoint_had_pending_and_drops_what_came_after(
+        tmp_path):
+    first = checkpointed_sink(tmp_path)
+    first.process(rows(1), 0)
+    first.snapshot_state(1)
+    first.notify_checkpoint_complete(1)
+    first.process(rows(2), 0)
+    state = first.snapshot_state(2)      # completes
+    first.process(rows(3), 0)
+    first.snapshot_state(3)              # never completes
+    first.notify_checkpoint_complete(2)  # part 1 (2) is committed
+    first.process(rows(4), 0)            # then the TaskExecutor dies
+    assert visible(tmp_path) == {"part-00002-00000.parquet": [1], "part-00002-00001.parquet": [2]}
+
+    # The job restarts from checkpoint 2; 3 and 4 come again.
+    again = checkpointed_sink(tmp_path, attempt=1, state=state)
+    for n in (3, 4):
+        again.process(rows(n), 0)
+    again.finish()
+    again.close()
+    assert sorted(n for ns in visible(tmp_path).values() for n in ns) == [1, 2, 3, 4]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_restored_sink_commits_a_pending_part_whose_confirmation_was_lost(tmp_path):
+    first = checkpointed_sink(tmp_path)
+    first.process(rows(1), 0)
+    state = first.snapshot_state(1)
+    # Checkpoint 1 completed, but the TaskExecutor died before the confirmation came.
+    again = checkpointed_sink(tmp_path, attempt=1, state=state)
+    assert visible(tmp_path) == {"part-00002-00000.parquet": [1]}
+    again.finish()
+    assert visible(tmp_path) == {"part-00002-00000.parquet": [1]}
+
+
+def test_a_sink_starting_from_scratch_drops_its_earlier_parts(tmp_path):
+    first = checkpointed_sink(tmp_path)
+    first.process(rows(1), 0)
+    first.finish()
+    other = ParquetSink(tmp_path)  # another subtask's part stays
+    other.open(FakeContext(subtask_index=0, checkpointing=True))
+    other.process(rows(9), 0)
+    other.finish()
+    again = checkpointed_sink(tmp_path, attempt=1)
+    again.process(rows(5), 0)
+    again.finish()
+    assert visible(tmp_path) == {"part-00000-00000.parquet": [9], "part-00002-00000.parquet": [5]}

@@ -26,6 +26,7 @@ class FakeContext:
     task_name: str = "test (1/1)"
     batch_size: int = 1000
     tmp_dir: str = "/tmp"
+    checkpointing: bool = False
 
     def is_cancelled(self) -> bool:
         return False
