@@ -128,6 +128,7 @@ def harm_a_task_executor_mid_job(target: Target, how: signal.Signals,
     table = read(out)
     assert pc.sum(table.column("n_sum")).as_py() == TOTAL
     assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
+    assert sorted(read(records).column("n").to_pylist()) == list(range(1, N + 1))
     return details, victim
 
 
@@ -228,15 +229,17 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
     the middle of their input. The restarted tasks start from the latest checkpoint: the
     sources skip what they had emitted, the sums go on from their checkpointed partials.
     The sum is exact only if both did (a source from the start would count records
-    twice, sums from zero would lose some)."""
+    twice, sums from zero would lose some). Beside the sums, every record goes through
+    the exactly-once file sink as it comes: its folder holds each record once."""
     folder = jobs.join(target.scratch, f"harm-{uuid.uuid4().hex[:8]}")
     jobs.make_folder(folder)
-    out = target.output("sum")
+    out, records = target.output("sum"), target.output("records")
     p = Pipeline("checkpointed sum", parallelism=2, configuration={
         **RESTARTING, "execution.checkpointing.interval": "100 ms",
         "state.checkpoints.dir": jobs.join(target.scratch, "checkpoints")})
-    p.from_generator(HeldNumbers(folder, at_batch=10), name="numbers") \
-        .key_by("k").sum("n").write_parquet(out)
+    keyed = p.from_generator(HeldNumbers(folder, at_batch=10), name="numbers").key_by("k")
+    keyed.sum("n").write_parquet(out)
+    keyed.write_parquet(records)
     job_id = target.submit(p)
     try:
         wait_for(lambda: jobs.markers(folder, "held") == {"0", "1"}, 180,
@@ -264,4 +267,5 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
     table = read(out)
     assert pc.sum(table.column("n_sum")).as_py() == TOTAL
     assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
+    assert sorted(read(records).column("n").to_pylist()) == list(range(1, N + 1))
     return details
