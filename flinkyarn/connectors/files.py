@@ -44,7 +44,9 @@ All methods are called from the task thread only (see flinkyarn.pipeline.operato
 from __future__ import annotations
 
 import os
+import time
 import uuid
+import zlib
 from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 import pyarrow as pa
@@ -79,27 +81,121 @@ def cap_rows(batches: Iterable[pa.RecordBatch], most: int) -> Iterator[pa.Record
 
 
 class FileSource(SourceOperator):
-    """Base of the file sources: lists, splits and assigns the files; subclasses read one split."""
+    """Base of the file sources: lists, splits and assigns the files; subclasses read one
+    split.
+
+    Bounded (the default): what the folder holds when the task starts. Its position (the
+    batches it emitted) is its checkpointed state; a restored subtask reads its splits
+    again and skips that many.
+
+    Continuous (`monitor_interval` seconds; Flink's FileSource.monitorContinuously): the
+    folder is listed again every `monitor_interval`, and every new file is read once,
+    whole, by the subtask it belongs to (a hash of its path); names starting with `.` or
+    `_` are left out, so a writer renames a finished file into place. The source never
+    ends, unless `until_files` is given: it ends once the folder holds that many files
+    and it has read its own among the first that many by name. Its state: the files it
+    read, and how many batches of the file it is reading it emitted.
+    """
 
     format = "file"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], monitor_interval: float | None = None,
+                 until_files: int | None = None) -> None:
         self.path = filesystems.normalize(path)
         self.name = f"Source: {self.format}({self.path})"
+        if monitor_interval is not None and monitor_interval <= 0:
+            raise ValueError(f"{self.name}: monitor_interval must be greater than 0, not "
+                             f"{monitor_interval!r}")
+        if until_files is not None and (monitor_interval is None or until_files < 1):
+            raise ValueError(f"{self.name}: until_files (a number >= 1) goes with "
+                             f"monitor_interval")
+        self.monitor_interval = monitor_interval
+        self.until_files = until_files
+        self._emitted = self._skip = 0            # bounded: batches emitted, to skip
+        self._done: set[str] = set()               # continuous: files read
+        self._current: tuple[str, int] | None = None  # ... and (file, batches) under way
 
-    def read(self) -> Iterator[pa.RecordBatch]:
+    @property
+    def unbounded(self) -> bool:
+        return self.monitor_interval is not None and self.until_files is None
+
+    def read(self) -> Iterator[pa.RecordBatch | None]:
+        if self.monitor_interval is None:
+            return self._read_once()
+        return self._read_continuously(self.monitor_interval)
+
+    def _read_once(self) -> Iterator[pa.RecordBatch]:
         fs, root = filesystems.resolve(self.path)
         splits = self.splits(fs, filesystems.list_files(fs, root))
-        mine = splits[self.context.subtask_index::self.context.parallelism]
-        for split in mine:
-            file = split[0]
+        self._emitted = position = self._skip
+        skipped = 0
+        for split in splits[self.context.subtask_index::self.context.parallelism]:
+            for batch in self._batches_of(fs, split):
+                if skipped < self._skip:
+                    skipped += 1
+                    continue
+                position += 1
+                self._emitted = position
+                yield batch
+
+    def _read_continuously(self, interval: float) -> Iterator[pa.RecordBatch | None]:
+        fs, root = filesystems.resolve(self.path)
+        while True:
             try:
-                yield from cap_rows(self.read_split(fs, split), self.context.batch_size)
-            except _FORMAT_ERRORS as error:
-                raise FileFormatError(f"{file}: not a valid {self.format} file: {error}") from error
-            except Exception as error:
-                error.add_note(f"while reading {file}")
-                raise
+                files = filesystems.list_files(fs, root)
+            except FileNotFoundError:  # not there yet
+                files = []
+            if self.until_files is not None:
+                files = files[:self.until_files]
+            for file in files:
+                if file in self._done or self._owner(file, root) != self.context.subtask_index:
+                    continue
+                skip = self._current[1] if self._current and self._current[0] == file else 0
+                count = 0
+                for split in self.splits(fs, [file]):
+                    for batch in self._batches_of(fs, split):
+                        count += 1
+                        if count > skip:
+                            self._current = (file, count)
+                            yield batch
+                self._done.add(file)
+                self._current = None
+            if self.until_files is not None and len(files) >= self.until_files:
+                return
+            deadline = time.monotonic() + interval
+            while (remaining := deadline - time.monotonic()) > 0:
+                yield None  # the task takes checkpoint triggers meanwhile
+                time.sleep(min(0.1, remaining))
+
+    def _owner(self, file: str, root: str) -> int:
+        relative = file[len(root):] if file.startswith(root) else file
+        return zlib.crc32(relative.encode()) % self.context.parallelism
+
+    def _batches_of(self, fs: pafs.FileSystem, split: Split) -> Iterator[pa.RecordBatch]:
+        file = split[0]
+        try:
+            yield from cap_rows(self.read_split(fs, split), self.context.batch_size)
+        except _FORMAT_ERRORS as error:
+            raise FileFormatError(f"{file}: not a valid {self.format} file: {error}") from error
+        except Exception as error:
+            error.add_note(f"while reading {file}")
+            raise
+
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
+        if self.monitor_interval is None:
+            return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
+        file, batches = self._current or ("", 0)
+        return {"files": pa.table({"file": pa.array(sorted(self._done), pa.string())}),
+                "current": pa.table({"file": [file], "batches": pa.array([batches], pa.int64())})}
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        if "position" in state:
+            self._skip = self._emitted = state["position"].column("emitted")[0].as_py()
+        if "files" in state:
+            self._done = set(state["files"].column("file").to_pylist())
+        if "current" in state:
+            file = state["current"].column("file")[0].as_py()
+            self._current = (file, state["current"].column("batches")[0].as_py()) if file else None
 
     def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[Split]:
         """The splits of the sorted `files`, in order; the first item of each is its file."""
@@ -115,9 +211,10 @@ class TextSource(FileSource):
     format = "text"
     schema = pa.schema([("line", pa.string())])
 
-    def __init__(self, path: str | os.PathLike[str], split_bytes: int = DEFAULT_SPLIT_BYTES
+    def __init__(self, path: str | os.PathLike[str], split_bytes: int = DEFAULT_SPLIT_BYTES,
+                 monitor_interval: float | None = None, until_files: int | None = None
                  ) -> None:
-        super().__init__(path)
+        super().__init__(path, monitor_interval, until_files)
         if split_bytes < 1:
             raise ValueError("split_bytes must be positive")
         self.split_bytes = split_bytes

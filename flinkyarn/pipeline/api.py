@@ -134,15 +134,28 @@ class Pipeline:
 
     # ---- sources ----------------------------------------------------------------------
 
-    def read_text(self, path: str, *, name: str | None = None, parallelism: int | None = None,
-                  slot_sharing_group: str | None = None, uid: str | None = None,
-                  resources: ResourceProfile | None = None) -> DataStream:
+    def read_text(self, path: str, *, monitor_interval: float | str | None = None,
+                  until_files: int | None = None, name: str | None = None,
+                  parallelism: int | None = None, slot_sharing_group: str | None = None,
+                  uid: str | None = None, resources: ResourceProfile | None = None
+                  ) -> DataStream:
         """The lines of the text file(s) at `path` (the schema is the connector's);
-        each subtask reads its share."""
+        each subtask reads its share. With `monitor_interval` (seconds, or a duration
+        such as "1 s") the folder is watched: new files are read as they appear, and the
+        source ends only after `until_files` files, if given (a streaming pipeline only;
+        see flinkyarn.connectors.files.FileSource)."""
         path = _check_path("read_text", path)
         self._check_open("read_text")
+        interval = _interval("read_text", monitor_interval)
+        if interval is not None and self.batch_mode:
+            raise ValueError(f"read_text({path!r}): a watched folder (monitor_interval) is "
+                             f"an unbounded source; pipeline {self.name!r} is in batch mode")
         from flinkyarn.connectors.files import TextSource
-        return self.add_source(TextSource(path), name=name, parallelism=parallelism,
+        try:
+            source = TextSource(path, monitor_interval=interval, until_files=until_files)
+        except ValueError as error:
+            raise ValueError(f"read_text: {error}") from None
+        return self.add_source(source, name=name, parallelism=parallelism,
                                slot_sharing_group=slot_sharing_group, uid=uid,
                                resources=resources)
 
@@ -598,6 +611,20 @@ def _file_sink(what: str, sink_class: type[FileSink], path: str, mode: str) -> O
         return sink_class(path, mode=output_mode(mode))
     except ValueError as error:
         raise ValueError(f"{what}: {error}") from None
+
+
+def _interval(what: str, value: float | str | None) -> float | None:
+    """A duration in seconds: a number of seconds or Flink's text ("500 ms", "1 s")."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return None if value is None else float(value)
+    if isinstance(value, str):
+        from flinkyarn.configuration import ConfigurationError, parse_duration
+        try:
+            return parse_duration(value)
+        except (ConfigurationError, ValueError) as error:
+            raise ValueError(f"{what}: monitor_interval: {error}") from None
+    raise TypeError(f"{what}: monitor_interval must be seconds or a duration such as "
+                    f"'1 s', not {type(value).__name__}")
 
 
 def _chaining_strategy(value: ChainingStrategy | str) -> ChainingStrategy:

@@ -333,3 +333,70 @@ def test_a_sink_starting_from_scratch_drops_its_earlier_parts(tmp_path):
     again.process(rows(5), 0)
     again.finish()
     assert visible(tmp_path) == {"part-00000-00000.parquet": [9], "part-00002-00000.parquet": [5]}
+
+
+# --- watched folders and source positions --------------------------------------------------
+
+
+def take(iterator, count: int) -> list:
+    """The next `count` items that are batches (None: the source had nothing then)."""
+    got = []
+    while len(got) < count:
+        item = next(iterator)
+        if item is not None:
+            got.append(item.column("line").to_pylist())
+    return got
+
+
+def test_a_watched_folder_is_read_as_files_appear_and_ends_after_until_files(tmp_path):
+    folder = tmp_path / "in"
+    source = TextSource(folder, monitor_interval=0.01, until_files=3)
+    source.open(FakeContext(batch_size=10))
+    items = source.read()
+    assert next(items) is None  # no folder yet: nothing, and no error
+    folder.mkdir()
+    (folder / "a.txt").write_text("a1\na2\n")
+    (folder / ".b.txt.inprogress").write_text("half")  # hidden: a writer's file
+    assert take(items, 1) == [["a1", "a2"]]
+    assert next(items) is None
+    (folder / ".b.txt.inprogress").rename(folder / "b.txt")
+    (folder / "c.txt").write_text("c1\n")
+    assert take(items, 2) == [["half"], ["c1"]]
+    assert list(items) == []  # three files: the end
+
+
+def test_a_restored_watched_folder_source_reads_no_file_twice(tmp_path):
+    for name, text in [("1.txt", "one\n"), ("2.txt", "two\n")]:
+        (tmp_path / name).write_text(text)
+    first = TextSource(tmp_path, monitor_interval=0.01)
+    first.open(FakeContext())
+    items = first.read()
+    assert take(items, 1) == [["one"]]
+    state = first.snapshot_state(1)
+    again = TextSource(tmp_path, monitor_interval=0.01, until_files=3)
+    again.open(FakeContext())
+    again.initialize_state(state)
+    (tmp_path / "3.txt").write_text("three\n")
+    assert [b.column("line").to_pylist() for b in again.read() if b is not None] == [
+        ["two"], ["three"]]
+
+
+def test_a_restored_bounded_source_skips_the_batches_it_had_emitted(tmp_path):
+    (tmp_path / "f.txt").write_text("".join(f"{i}\n" for i in range(10)))
+    first = TextSource(tmp_path)
+    first.open(FakeContext(batch_size=3))
+    items = first.read()
+    assert take(items, 2) == [["0", "1", "2"], ["3", "4", "5"]]
+    state = first.snapshot_state(1)
+    again = TextSource(tmp_path)
+    again.open(FakeContext(batch_size=3))
+    again.initialize_state(state)
+    assert [b.column("line").to_pylist() for b in again.read()] == [["6", "7", "8"], ["9"]]
+    assert again.snapshot_state(2)["position"].column("emitted")[0].as_py() == 4
+
+
+def test_a_watched_folder_needs_a_positive_interval_and_until_files_needs_one():
+    with pytest.raises(ValueError, match="monitor_interval must be greater than 0"):
+        TextSource("/x", monitor_interval=0)
+    with pytest.raises(ValueError, match="until_files .* goes with monitor_interval"):
+        TextSource("/x", until_files=2)

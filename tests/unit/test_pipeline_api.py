@@ -363,7 +363,8 @@ def test_connectors_are_made_from_the_api_arguments(fake_connectors):
     made = [(type(p.stream_graph().resolve(s._id).operator).__name__,
              p.stream_graph().resolve(s._id).operator.args,
              p.stream_graph().resolve(s._id).operator.kwargs, s.name) for s in sources]
-    assert made[:3] == [("TextSource", ("in.txt",), {}, "Source: text"),
+    assert made[:3] == [("TextSource", ("in.txt",), {"monitor_interval": None,
+                                                      "until_files": None}, "Source: text"),
                         ("CsvSource", ("in.csv", schema), {"delimiter": ";"}, "Source: csv"),
                         ("ParquetSource", ("in.parquet", ["a"]), {}, "Source: parquet")]
     assert made[3][0] == "GeneratorSource" and made[3][3] == "Source: gen"
@@ -544,3 +545,16 @@ def test_a_pipeline_carries_its_fault_tolerance_settings_in_its_job_graph():
 def test_bad_settings_are_refused_where_the_pipeline_is_made(settings, message):
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         Pipeline("bad", configuration=settings)
+
+
+def test_a_watched_folder_is_for_streaming_pipelines_with_a_valid_interval():
+    streaming = Pipeline("watch", parallelism=2)
+    source = streaming.read_text("/in", monitor_interval="500 ms", until_files=4)
+    operator = streaming.stream_graph().node(source._id).operator
+    assert (operator.monitor_interval, operator.until_files) == (0.5, 4)
+    with pytest.raises(ValueError, match="an unbounded source; pipeline 'b' is in batch mode"):
+        Pipeline("b", batch_mode=True).read_text("/in", monitor_interval=1)
+    with pytest.raises(ValueError, match="read_text: monitor_interval: "):
+        streaming.read_text("/in", monitor_interval="soon")
+    with pytest.raises(ValueError, match="read_text: .*until_files"):
+        streaming.read_text("/in", until_files=3)
