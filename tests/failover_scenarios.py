@@ -128,7 +128,6 @@ def harm_a_task_executor_mid_job(target: Target, how: signal.Signals,
     table = read(out)
     assert pc.sum(table.column("n_sum")).as_py() == TOTAL
     assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
-    assert sorted(read(records).column("n").to_pylist()) == list(range(1, N + 1))
     return details, victim
 
 
@@ -268,4 +267,55 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
     assert pc.sum(table.column("n_sum")).as_py() == TOTAL
     assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]
     assert sorted(read(records).column("n").to_pylist()) == list(range(1, N + 1))
+    return details
+
+
+def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, files: int = 24,
+                                                              lines: int = 50) -> JobDetails:
+    """Issue 14's test without the savepoint: a streaming job watches a folder fed while it
+    runs (`files` files of `lines` numbers, renamed into place one by one), counts per key
+    and writes every record through the exactly-once sink; a TaskExecutor is SIGKILLed a
+    third of the way in and again two thirds in (once the job runs again and took a new
+    checkpoint). The source ends after the last file; then the output holds every record
+    once and the counts are exact."""
+    feed = jobs.join(target.scratch, f"feed-{uuid.uuid4().hex[:8]}")
+    jobs.make_folder(feed)
+    counts, records = target.output("counts"), target.output("records")
+    p = Pipeline("watched folder", parallelism=2, configuration={
+        **RESTARTING, "restart-strategy.fixed-delay.attempts": "5",
+        "execution.checkpointing.interval": "100 ms",
+        "state.checkpoints.dir": jobs.join(target.scratch, "checkpoints")})
+    keyed = p.read_text(feed, monitor_interval=0.05, until_files=files) \
+        .map(jobs.numbered, name="parse").key_by("k")
+    keyed.count().write_parquet(counts)
+    keyed.write_parquet(records)
+    job_id = target.submit(p)
+    victims = []
+    for number in range(files):
+        first = number * lines + 1
+        jobs.publish(feed, f"{number:04d}.txt",
+                     "".join(f"{n}\n" for n in range(first, first + lines)))
+        if number in (files // 3, 2 * files // 3):
+            before = target.rest.job(job_id).checkpoints
+            wait_for(lambda done=before.completed if before else 0:
+                     (v := target.rest.job(job_id).checkpoints) and v.completed > done,
+                     60, "a checkpoint after the last harm")
+            victim = target.rest.overview().task_executors[0].resource_id
+            os.kill(target.pid_of(victim), signal.SIGKILL)
+            victims.append(victim)
+            try:
+                wait_for(lambda: (d := target.rest.job(job_id)).restarts >= len(victims)
+                         and all(v.state_counts.get("RUNNING") == v.parallelism
+                                 for v in d.vertices), 120, "the job running again")
+            except AssertionError as error:
+                raise AssertionError(f"{error}: {target.rest.job(job_id)}") from None
+        time.sleep(0.05)
+    details = target.result(job_id)
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.restarts >= 2, details.restart_history
+    total = files * lines
+    assert sorted(read(records).column("n").to_pylist()) == list(range(1, total + 1))
+    table = read(counts)
+    assert dict(zip(table.column("k").to_pylist(), table.column("count").to_pylist())) == {
+        k: sum(1 for n in range(1, total + 1) if n % 4 == k) for k in range(4)}
     return details

@@ -161,3 +161,18 @@ class SlowSnapshots(Operator):
         if checkpoint_id <= self.slow:
             time.sleep(self.seconds)
         return None
+
+
+def publish(folder: str | os.PathLike, name: str, text: str) -> None:
+    """Puts a file into a watched folder as a writer should: written under a hidden
+    name, then renamed into place."""
+    hidden = join(folder, f".{name}.inprogress")
+    write_text(hidden, text)
+    fs, path = resolve(hidden)
+    fs.move(path, resolve(join(folder, name))[1])
+
+
+def numbered(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Lines holding numbers -> columns n and k = n mod 4."""
+    n = pc.cast(batch.column("line"), pa.int64())
+    return pa.record_batch([n, pc.bit_wise_and(n, 3)], names=["n", "k"])

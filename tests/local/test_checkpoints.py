@@ -48,3 +48,13 @@ def test_checkpoints_that_expire_are_tolerated_up_to_the_limit_then_the_job_fail
     checkpoints = details.checkpoints
     assert checkpoints is not None and checkpoints.failed == 2 and checkpoints.completed >= 1
     assert pc.sum(scenarios.read(str(out)).column("n_sum")).as_py() == scenarios.TOTAL
+
+
+def test_a_watched_folder_job_killed_twice_keeps_every_record_once(cluster, tmp_path):
+    """Ten times (issue 14), each kill at another point of the input's timing."""
+    (tmp_path / "out").mkdir()
+    target = scenarios.Target(cluster.rest, task_executor_process, str(tmp_path / "out"),
+                              str(tmp_path))
+    for run in range(10):
+        details = scenarios.watched_folder_job_killed_twice_keeps_every_record_once(target)
+        assert details.checkpoints is not None and details.checkpoints.restored_from, run

@@ -117,6 +117,11 @@ def test_a_killed_streaming_job_goes_on_from_its_latest_checkpoint_on_hdfs(targe
     assert view is not None and view.directory.startswith("hdfs://"), view
 
 
+def test_a_watched_folder_on_hdfs_job_killed_twice_keeps_every_record_once(target):
+    details = scenarios.watched_folder_job_killed_twice_keeps_every_record_once(target)
+    assert details.checkpoints is not None and details.checkpoints.restored_from is not None
+
+
 def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(target):
     details, victim = scenarios.harm_a_task_executor_mid_job(target, signal.SIGSTOP)
     assert f"heartbeat of TaskExecutor {victim} timed out" in details.root_cause
