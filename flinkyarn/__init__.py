@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from flinkyarn.pipeline.api import Pipeline as Pipeline
+    from flinkyarn.pipeline.event_time import SlidingEventTimeWindows as SlidingEventTimeWindows
+    from flinkyarn.pipeline.event_time import TumblingEventTimeWindows as TumblingEventTimeWindows
 
 __version__ = "0.1.0"
 
@@ -18,4 +20,7 @@ def __getattr__(name: str) -> object:
     if name == "Pipeline":
         from flinkyarn.pipeline.api import Pipeline
         return Pipeline
+    if name in ("TumblingEventTimeWindows", "SlidingEventTimeWindows"):
+        from flinkyarn.pipeline import event_time
+        return getattr(event_time, name)
     raise AttributeError(f"module 'flinkyarn' has no attribute {name!r}")

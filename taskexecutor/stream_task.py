@@ -33,7 +33,7 @@ from flinkyarn import checkpoints, retry
 from flinkyarn.checkpoints import TaskStateSnapshot
 from flinkyarn.gateways.job_master import PartitionLocation, PartitionLocationState
 from flinkyarn.gateways.task_executor import ConsumedPartition
-from flinkyarn.pipeline.operator import Operator, SourceOperator
+from flinkyarn.pipeline.operator import MAX_WATERMARK, Operator, SourceOperator, Watermark
 from flinkyarn.pipeline.pyspark_script import PySparkScript
 from flinkyarn.pipeline.task_spec import StreamTaskSpec
 from taskexecutor.environment import TaskEnvironment
@@ -213,27 +213,39 @@ class StreamTask:
 
     # ------------------------------------------------------------------- running
 
-    def _emit(self, batches: Iterable[pa.RecordBatch]) -> None:
-        for batch in batches:
-            if batch.num_rows == 0:
+    def _emit(self, items: Iterable[pa.RecordBatch | Watermark]) -> None:
+        for item in items:
+            if isinstance(item, Watermark):
+                for partition, _ in self._routes:
+                    partition.broadcast_event(item)
+                continue
+            if item.num_rows == 0:
                 continue
             for partition, partitioner in self._routes:
-                for subpartition, part in partitioner.route(batch):
+                for subpartition, part in partitioner.route(item):
                     partition.emit(subpartition, part)
 
-    def _push(self, level: int, batches: Iterable[pa.RecordBatch]) -> None:
-        """Hands batches to operator `level` of the chain (past the end: the outputs)."""
+    def _push(self, level: int, items: Iterable[pa.RecordBatch | Watermark]) -> None:
+        """Hands batches and watermarks to operator `level` of the chain (past the end:
+        the outputs)."""
         if level == len(self.operators):
-            self._emit(batches)
+            self._emit(items)
             return
         operator = self.operators[level]
-        for batch in batches:
-            self._push(level + 1, _call(operator, "process", batch, 0))
+        for item in items:
+            if isinstance(item, Watermark):
+                self._push(level + 1, _call(operator, "process_watermark", item))
+            else:
+                self._push(level + 1, _call(operator, "process", item, 0))
 
     def _finish_chain(self) -> None:
-        """Every input ended: each operator ends its input and flushes, head first."""
+        """Every input ended: all of event time passed (MAX_WATERMARK), then each
+        operator ends its input and flushes, head first."""
         head = self.operators[0]
-        if not isinstance(head, SourceOperator):
+        if isinstance(head, SourceOperator):
+            self._push(1, [MAX_WATERMARK])
+        else:
+            self._push(1, _call(head, "process_watermark", MAX_WATERMARK))
             for input_index in range(len(self.spec.inputs)):
                 self._push(1, _call(head, "end_input", input_index))
         for level, operator in enumerate(self.operators):
@@ -279,6 +291,8 @@ class StreamTask:
                         self._checkpoint(event.checkpoint_id, event.timestamp)
                     elif isinstance(event, CheckpointAborted):
                         self._decline(event.checkpoint_id, event.reason)
+                    elif isinstance(event, Watermark):
+                        self._push(1, _call(head, "process_watermark", event))
                     self._take_controls()
             self.task.check_cancelled()
             self._finish_chain()

@@ -64,10 +64,11 @@ from flinkyarn.pipeline.stream_graph import (ChainingStrategy, ExchangeMode, Str
                                              StreamNode, VirtualPartitionNode)
 from flinkyarn.resources import UNKNOWN, ResourceProfile
 
-if TYPE_CHECKING:  # at run time imported where used (write_parquet, write_csv)
+if TYPE_CHECKING:  # at run time imported where used (write_parquet, write_csv, window)
     from flinkyarn.connectors.files import FileSink
+    from flinkyarn.pipeline.event_time import SlidingEventTimeWindows, TumblingEventTimeWindows
 
-__all__ = ["Pipeline", "DataStream", "KeyedStream", "DataStreamSink"]
+__all__ = ["Pipeline", "DataStream", "KeyedStream", "WindowedStream", "DataStreamSink"]
 
 
 def _check_callable(what: str, fn: Any, arity: int) -> None:
@@ -383,6 +384,39 @@ class DataStream:
                                         slot_sharing_group, uid, resources, chaining)
         return DataStream(self._pipeline, node.id)
 
+    # ---- event time -------------------------------------------------------------------
+
+    def assign_timestamps(self, column: str, max_out_of_orderness: float | str = 0.0, *,
+                          name: str | None = None, parallelism: int | None = None,
+                          slot_sharing_group: str | None = None, uid: str | None = None,
+                          resources: ResourceProfile | None = None) -> DataStream:
+        """`column` (int64 ms since the epoch, or a timestamp) is the records' event time;
+        watermarks follow the data, `max_out_of_orderness` (seconds, or "5 s") behind
+        the greatest time seen (see flinkyarn.pipeline.event_time). Windows further down
+        use this column."""
+        what = name or "timestamps"
+        if not isinstance(column, str) or not column:
+            raise ValueError(f"{what}: column must be a non-empty column name, not {column!r}")
+        lag = _seconds(what, "max_out_of_orderness", max_out_of_orderness)
+        if lag is None or lag < 0:
+            raise ValueError(f"{what}: max_out_of_orderness must be 0 or more, not "
+                             f"{max_out_of_orderness!r}")
+        from flinkyarn.pipeline.event_time import TimestampAssigner
+        return self._one_input(TimestampAssigner(column, lag, name=what), name, parallelism,
+                               slot_sharing_group, uid, resources, ChainingStrategy.ALWAYS)
+
+    def _time_column(self) -> str | None:
+        """The column named by the nearest assign_timestamps upstream, if any."""
+        from flinkyarn.pipeline.event_time import TimestampAssigner
+        graph = self._pipeline._graph
+        node = graph.resolve(self._id)
+        while True:
+            if isinstance(node.operator, TimestampAssigner):
+                return node.operator.column
+            if not node.in_edges:
+                return None
+            node = graph.node(node.in_edges[0].source_id)
+
     # ---- partitioning of the next edge ------------------------------------------------
 
     def key_by(self, *columns: str) -> KeyedStream:
@@ -563,6 +597,22 @@ class KeyedStream(DataStream):
             raise ValueError(f"{what}: {e}") from None
         return self._aggregate(specs, what, parallelism, slot_sharing_group, uid, resources)
 
+    def window(self, assigner: TumblingEventTimeWindows | SlidingEventTimeWindows
+               ) -> WindowedStream:
+        """Event-time windows of this keyed stream (TumblingEventTimeWindows(size) or
+        SlidingEventTimeWindows(size, slide), in seconds), on the column of the
+        assign_timestamps upstream; aggregate them as a KeyedStream."""
+        from flinkyarn.pipeline.event_time import (SlidingEventTimeWindows,
+                                                   TumblingEventTimeWindows)
+        if not isinstance(assigner, (TumblingEventTimeWindows, SlidingEventTimeWindows)):
+            raise TypeError(f"window on {self.name!r}: expected TumblingEventTimeWindows or "
+                            f"SlidingEventTimeWindows, not {type(assigner).__name__}")
+        column = self._time_column()
+        if column is None:
+            raise ValueError(f"window on {self.name!r}: event-time windows need "
+                             f"assign_timestamps(column, ...) upstream")
+        return WindowedStream(self._pipeline, self._id, self.key_columns, column, assigner)
+
     def _single(self, function: str, column: str, name: str | None, parallelism: int | None,
                 slot_sharing_group: str | None, uid: str | None,
                 resources: ResourceProfile | None) -> DataStream:
@@ -580,6 +630,37 @@ class KeyedStream(DataStream):
                                         slot_sharing_group, uid, resources,
                                         ChainingStrategy.HEAD)
         return DataStream(self._pipeline, node.id)
+
+
+class WindowedStream(KeyedStream):
+    """A keyed stream cut into event-time windows: its aggregations (count, sum, min,
+    max, mean, aggregate) emit one row per key and window when the window fires: the
+    key columns, `window_start`, `window_end`, then the aggregates."""
+
+    def __init__(self, pipeline: Pipeline, node_id: int, key_columns: tuple[str, ...],
+                 time_column: str,
+                 assigner: TumblingEventTimeWindows | SlidingEventTimeWindows) -> None:
+        super().__init__(pipeline, node_id, key_columns)
+        self.time_column = time_column
+        self.assigner = assigner
+
+    def _aggregate(self, aggregations: list[Aggregation], name: str, parallelism: int | None,
+                   slot_sharing_group: str | None, uid: str | None,
+                   resources: ResourceProfile | None) -> DataStream:
+        from flinkyarn.pipeline.event_time import WindowAggregateOperator
+        try:
+            operator = WindowAggregateOperator(self.key_columns, self.time_column, self.assigner,
+                                               aggregations, name=name)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+        node = self._pipeline._add_node(operator, [self], "", name, parallelism,
+                                        slot_sharing_group, uid, resources,
+                                        ChainingStrategy.HEAD)
+        return DataStream(self._pipeline, node.id)
+
+    def window(self, assigner: TumblingEventTimeWindows | SlidingEventTimeWindows
+               ) -> WindowedStream:
+        raise ValueError(f"window on {self.name!r}: the stream is windowed already")
 
 
 class DataStreamSink:
@@ -614,6 +695,10 @@ def _file_sink(what: str, sink_class: type[FileSink], path: str, mode: str) -> O
 
 
 def _interval(what: str, value: float | str | None) -> float | None:
+    return _seconds(what, "monitor_interval", value)
+
+
+def _seconds(what: str, setting: str, value: float | str | None) -> float | None:
     """A duration in seconds: a number of seconds or Flink's text ("500 ms", "1 s")."""
     if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
         return None if value is None else float(value)
@@ -622,8 +707,8 @@ def _interval(what: str, value: float | str | None) -> float | None:
         try:
             return parse_duration(value)
         except (ConfigurationError, ValueError) as error:
-            raise ValueError(f"{what}: monitor_interval: {error}") from None
-    raise TypeError(f"{what}: monitor_interval must be seconds or a duration such as "
+            raise ValueError(f"{what}: {setting}: {error}") from None
+    raise TypeError(f"{what}: {setting} must be seconds or a duration such as "
                     f"'1 s', not {type(value).__name__}")
 
 

@@ -8,14 +8,18 @@ operator of the chain, head first:
     process(batch, input_index)      for each batch arriving on input `input_index`
                                      (the chain head's inputs are the vertex's inputs in
                                      JobGraph order; chained operators have input 0)
+    process_watermark(watermark)     when the event time advanced (the least of the
+                                     inputs' watermarks; MAX_WATERMARK at the end of the
+                                     input); what it returns goes on, a Watermark too
     end_input(input_index)           when input `input_index` has no more data
     finish()                         after every input ended: flush what is held back
                                      (aggregations, Spark stages emit here)
     close()                          always, also after a failure or cancellation
 
 `process`, `end_input` and `finish` return the batches to pass on (an iterable, possibly
-empty); the StreamTask hands them to the next operator of the chain, or, for the last
-one, to the vertex's outputs. A source is the head of its chain and has no inputs: the
+empty; `process` and `process_watermark` may put Watermarks among them); the StreamTask
+hands them to the next operator of the chain, or, for the last one, to the vertex's
+outputs. A source is the head of its chain and has no inputs: the
 StreamTask iterates `SourceOperator.read()` instead of calling `process`.
 
 Checkpoints (a streaming job with execution.checkpointing.interval), between two calls
@@ -36,7 +40,8 @@ business (its writes to result partitions block).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 import pyarrow as pa
 
@@ -81,16 +86,37 @@ class OperatorContext(Protocol):
         ...
 
 
+MIN_TIMESTAMP = -(2 ** 63)
+MAX_TIMESTAMP = 2 ** 63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Event time (flinkyarn/pipeline/event_time.py): no record with an event time (ms
+    since the epoch) <= `timestamp` is still to come."""
+
+    timestamp: int
+
+
+MAX_WATERMARK = Watermark(MAX_TIMESTAMP)  # the end of the input
+
+
 class Operator:
-    """Base class: a stateless pass-through. Override what the operator needs."""
+    """Base class: a stateless pass-through. Override what the operator needs.
+    (`process` may also put Watermarks among the batches it returns.)"""
 
     name: str = "operator"
 
     def open(self, context: OperatorContext) -> None:
         self.context = context
 
-    def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
+    def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[Any]:
         return (batch,)
+
+    def process_watermark(self, watermark: Watermark) -> Iterable[pa.RecordBatch | Watermark]:
+        """The event time advanced: what is due (windows) and then the watermark, which
+        goes on to the next operator unless it is left out."""
+        return (watermark,)
 
     def end_input(self, input_index: int) -> Iterable[pa.RecordBatch]:
         return ()

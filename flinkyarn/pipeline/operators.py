@@ -226,6 +226,20 @@ class KeyedAggregateOperator(Operator):
                 self._merge()
         return ()
 
+    def merged_partials(self) -> pa.Table | None:
+        """The partial aggregates per key so far, merged (columns k0.. for the keys, p0..
+        for the partials); None before any row."""
+        self._merge()
+        return self._merged
+
+    def replace_partials(self, partials: pa.Table | None) -> None:
+        """Keeps `partials` (rows of merged_partials()) instead of what it had."""
+        self._merged, self._pending = partials, []
+
+    def finalize(self, partials: pa.Table) -> pa.Table:
+        """The output rows (key columns, then the aggregates) of rows of merged_partials()."""
+        return self._final(partials)
+
     def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
         """The partial aggregates per key so far (merged): what a restore goes on from."""
         self._merge()

@@ -7,7 +7,7 @@ A request is served only with the JobMaster's ticket for that subpartition (secu
 partition_ticket; else the error kind "Forbidden"): the TaskExecutors' certificate alone,
 which the code of every job's tasks can read, opens nothing.
 A subpartition that ends before any batch is a stream with an empty schema.
-Checkpoint barriers travel as empty batches with a marker (wire.StreamMarker) in their
+Checkpoint barriers and watermarks travel as empty batches with a marker (wire.StreamMarker) in their
 app_metadata. A stream's schema is its first batch's; one that begins with a barrier
 (its producer had no data yet) has an empty schema and ends, with a "more" marker, where
 the first batch comes: the client asks again, and the next stream starts with it.
@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flinkyarn import retry
+from flinkyarn.pipeline.operator import Watermark
 from flinkyarn.rpc.security import TASKEXECUTOR_NAME, ClusterSecurity
 from taskexecutor.network.errors import (PartitionException, PartitionFailed,
                                          PartitionNotFound, PartitionNotReady,
@@ -201,6 +202,8 @@ class DataServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow is u
             while not isinstance(event, EndOfPartition):
                 if isinstance(event, CheckpointBarrier):
                     yield empty, StreamMarker(event.checkpoint_id, event.timestamp).encode()
+                elif isinstance(event, Watermark):
+                    yield empty, StreamMarker(watermark=event.timestamp).encode()
                 elif event.schema.equals(schema, check_metadata=False):
                     yield event
                 elif not schema.names:  # the first batch, after barriers: a new stream

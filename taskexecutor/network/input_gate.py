@@ -14,7 +14,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeAlias
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -24,8 +24,9 @@ from taskexecutor.network.errors import (PartitionException, PartitionNotFound,
                                          PartitionNotReady, PartitionReleased)
 from taskexecutor.network.flight import DataClientPool
 from taskexecutor.network.partition import ResultPartitionID, ResultPartitionManager
+from flinkyarn.pipeline.operator import MIN_TIMESTAMP, Watermark
 from taskexecutor.network.subpartition import (END_OF_PARTITION, CheckpointBarrier,
-                                               SubpartitionReader)
+                                               StreamEvent, SubpartitionReader)
 from taskexecutor.network.wire import (CANCEL_ACTION, StreamMarker, SubpartitionRequest,
                                        partition_error)
 
@@ -33,6 +34,9 @@ _POLL = 0.1  # how often a waiting local channel checks whether it was closed
 # Between requests for a partition not registered at its TaskExecutor yet: the defaults
 # of taskmanager.network.request-backoff.initial / .max.
 _BACKOFF = retry.Backoff(0.02, 1.0)
+
+
+GateEvent: TypeAlias = "pa.RecordBatch | CheckpointBarrier | CheckpointAborted | Watermark | Wakeup"
 
 
 class Wakeup:
@@ -73,7 +77,7 @@ class InputChannel(ABC):
         self._lock = threading.Lock()
 
     @abstractmethod
-    def read(self) -> Iterator[pa.RecordBatch | CheckpointBarrier]:
+    def read(self) -> Iterator[pa.RecordBatch | StreamEvent]:
         ...
 
     @abstractmethod
@@ -97,7 +101,7 @@ class LocalInputChannel(InputChannel):
         self._manager = manager
         self._reader: SubpartitionReader | None = None
 
-    def read(self) -> Iterator[pa.RecordBatch | CheckpointBarrier]:
+    def read(self) -> Iterator[pa.RecordBatch | StreamEvent]:
         reader = self._request()
         try:
             while (event := reader.next_event()) is not END_OF_PARTITION:
@@ -162,7 +166,7 @@ class RemoteInputChannel(InputChannel):
         self._backoff = backoff
         self._stream = None
 
-    def read(self) -> Iterator[pa.RecordBatch | CheckpointBarrier]:
+    def read(self) -> Iterator[pa.RecordBatch | StreamEvent]:
         more = True
         while more:  # a stream that ends with a "more" marker goes on in the next one
             stream, address = self._request()
@@ -186,6 +190,8 @@ class RemoteInputChannel(InputChannel):
                         more = True
                     elif marker.barrier is not None:
                         yield CheckpointBarrier(marker.barrier, marker.timestamp)
+                    elif marker.watermark is not None:
+                        yield Watermark(marker.watermark)
             finally:
                 with self._lock:
                     self._stream = None
@@ -263,6 +269,10 @@ class InputGate:
     n is aligned abandons n: the gate yields `(index, CheckpointAborted(n))`, the
     blocked channels go on, and n+k is aligned. A barrier older than the newest seen
     is dropped. A channel that ended counts as aligned, for every later barrier too.
+
+    Watermarks are combined (Flink's StatusWatermarkValve): each channel's is the
+    greatest it sent; whenever the least of those of the channels not ended grows, the
+    gate yields `(index, Watermark(least))`.
     `wake()` (any thread) makes the iteration yield `(-1, WAKEUP)` soon, for a task that
     has something else to do (a checkpoint's confirmation) while no data comes.
 
@@ -290,8 +300,11 @@ class InputGate:
         self._ended: set[int] = set()
         self._newest = -1
         self._blocked: list[int | None] = [None] * len(self.channels)
+        # Watermarks (task thread): per channel, and the least of the open ones, yielded.
+        self._watermarks = [MIN_TIMESTAMP] * len(self.channels)
+        self._watermark = MIN_TIMESTAMP
 
-    def __iter__(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted | Wakeup]]:
+    def __iter__(self) -> Iterator[tuple[int, GateEvent]]:
         with self._cond:
             if self._started:
                 raise RuntimeError("an input gate can be iterated only once")
@@ -303,7 +316,7 @@ class InputGate:
                 thread.start()
         return self._events()
 
-    def _events(self) -> Iterator[tuple[int, pa.RecordBatch | CheckpointBarrier | CheckpointAborted | Wakeup]]:
+    def _events(self) -> Iterator[tuple[int, GateEvent]]:
         while True:
             with self._cond:
                 while not self._queue and self._active and not self._closed:
@@ -313,13 +326,16 @@ class InputGate:
                 if not self._queue:
                     return
                 index, event = self._queue.popleft()
-                aligned: list[CheckpointBarrier | CheckpointAborted] = []
+                aligned: list[GateEvent] = []
                 if event is END_OF_PARTITION:
                     self._active -= 1
                     self._ended.add(index)
-                    aligned = self._check_aligned()
+                    aligned = [*self._check_aligned(), *self._advance()]
                 elif isinstance(event, CheckpointBarrier):
-                    aligned = self._barrier(index, event)
+                    aligned = [*self._barrier(index, event)]
+                elif isinstance(event, Watermark):
+                    self._watermarks[index] = max(self._watermarks[index], event.timestamp)
+                    aligned = [*self._advance()]
                 self._cond.notify_all()
             if isinstance(event, BaseException):
                 self.close()
@@ -328,6 +344,14 @@ class InputGate:
                 yield index, done
             if isinstance(event, (pa.RecordBatch, Wakeup)):
                 yield index, event
+
+    def _advance(self) -> list[Watermark]:
+        """The combined watermark, if it grew (under _cond)."""
+        open_channels = [w for i, w in enumerate(self._watermarks) if i not in self._ended]
+        if not open_channels or min(open_channels) <= self._watermark:
+            return []
+        self._watermark = min(open_channels)
+        return [Watermark(self._watermark)]
 
     @property
     def aligning(self) -> int | None:

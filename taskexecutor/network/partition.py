@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from flinkyarn.rpc.security import ticket_admits
 from taskexecutor.network.errors import PartitionNotFound
-from taskexecutor.network.subpartition import (BlockingSubpartition, CheckpointBarrier,
-                                               PipelinedSubpartition, SubpartitionReader)
+from taskexecutor.network.subpartition import (BlockingSubpartition, PipelinedSubpartition,
+                                               StreamEvent, SubpartitionReader)
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +102,10 @@ class ResultPartition:
         pipelined subpartition whose consumer closed its reader are dropped."""
         self._subpartition(subpartition).add(batch)
 
-    def broadcast_event(self, event: CheckpointBarrier) -> None:
-        """Puts a barrier into every subpartition, behind what was emitted before it;
-        producer thread only. Pipelined partitions only (ValueError otherwise)."""
+    def broadcast_event(self, event: StreamEvent) -> None:
+        """Puts a barrier or watermark into every subpartition, behind what was emitted
+        before it; producer thread only. A blocking partition refuses barriers
+        (ValueError) and leaves watermarks out."""
         for sub in self._subpartitions:
             sub.add_event(event)
 

@@ -23,6 +23,7 @@ from typing import TypeAlias
 
 import pyarrow as pa
 
+from flinkyarn.pipeline.operator import Watermark
 from taskexecutor.network.errors import (PartitionFailed, PartitionNotReady,
                                          PartitionReleased)
 
@@ -50,7 +51,9 @@ class CheckpointBarrier:
     timestamp: int
 
 
-Event: TypeAlias = pa.RecordBatch | EndOfPartition | CheckpointBarrier
+# A watermark (flinkyarn/pipeline/event_time.py) travels like a barrier, unaligned.
+StreamEvent: TypeAlias = CheckpointBarrier | Watermark
+Event: TypeAlias = pa.RecordBatch | EndOfPartition | StreamEvent
 
 
 class SubpartitionReader(ABC):
@@ -63,7 +66,7 @@ class SubpartitionReader(ABC):
     def __iter__(self) -> "SubpartitionReader":
         return self
 
-    def __next__(self) -> pa.RecordBatch | CheckpointBarrier:
+    def __next__(self) -> pa.RecordBatch | StreamEvent:
         event = self.next_event()
         if event is END_OF_PARTITION:
             raise StopIteration
@@ -120,14 +123,14 @@ class PipelinedSubpartition(_Subpartition):
     """Batches in memory until read; `add` blocks while more than `max_buffered_bytes`
     are queued (backpressure). A consumer closing its reader early releases the queue;
     later batches for it are dropped, as Flink does, and the producer carries on.
-    `add_event` queues a barrier behind the batches before it, at once (it holds no
-    data)."""
+    `add_event` queues a barrier or watermark behind the batches before it, at once (it
+    holds no data)."""
 
     def __init__(self, name: str, max_buffered_bytes: int) -> None:
         super().__init__(name)
         self._max = max_buffered_bytes
         self._cond = threading.Condition()
-        self._queue: deque[pa.RecordBatch | CheckpointBarrier] = deque()
+        self._queue: deque[pa.RecordBatch | StreamEvent] = deque()
         self._bytes = 0
         self._reader_state = "none"  # none -> open -> closed
 
@@ -144,7 +147,7 @@ class PipelinedSubpartition(_Subpartition):
             self._bytes += batch.nbytes
             self._cond.notify_all()
 
-    def add_event(self, event: CheckpointBarrier) -> None:
+    def add_event(self, event: StreamEvent) -> None:
         with self._cond:
             self._check_writable()
             if self._reader_state != "closed":
@@ -252,9 +255,12 @@ class BlockingSubpartition(_Subpartition):
                 self._writer = pa.ipc.new_stream(self._sink, batch.schema)
             self._writer.write_batch(batch)
 
-    def add_event(self, event: CheckpointBarrier) -> None:
-        raise ValueError(f"{self.name} is blocking: checkpoint barriers travel through "
-                         f"pipelined exchanges only")
+    def add_event(self, event: StreamEvent) -> None:
+        """A watermark is left out (its consumer reads after the end: all of event time
+        has passed by then); a barrier is refused."""
+        if isinstance(event, CheckpointBarrier):
+            raise ValueError(f"{self.name} is blocking: checkpoint barriers travel through "
+                             f"pipelined exchanges only")
 
     def finish(self) -> None:
         with self._lock:

@@ -2,8 +2,8 @@
 
 DoGet ticket: JSON of SubpartitionRequest. DoAction "cancel" with the same body: the
 consumer gives up a request it was told to repeat. In a stream, a batch with
-app_metadata is a marker (JSON of StreamMarker), not data: a checkpoint barrier, or
-"more", which ends a stream that began before the subpartition's schema was known (with
+app_metadata is a marker (JSON of StreamMarker), not data: a checkpoint barrier, a
+watermark, or "more", which ends a stream that began before the subpartition's schema was known (with
 a barrier): the rest follows in the stream of the next request. Errors: a FlightServerError whose
 extra_info is JSON of DataPlaneError (kind = the exception's class name), turned back
 into that exception at the client by `partition_error`; so a consumer sees the same
@@ -64,12 +64,14 @@ class SubpartitionRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
 
 
 class StreamMarker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A barrier (`barrier`: its checkpoint id, `timestamp`), or `more`: this stream ends
-    and the subpartition goes on in the next request's."""
+    """A barrier (`barrier`: its checkpoint id, `timestamp`), a watermark (`watermark`:
+    its event time), or `more`: this stream ends and the subpartition goes on in the
+    next request's."""
 
     barrier: int | None = None
     timestamp: int = 0
     more: bool = False
+    watermark: int | None = None
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self)
@@ -81,8 +83,9 @@ class StreamMarker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             marker = msgspec.json.decode(data, type=cls)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise PartitionFailed(f"{what}: a malformed marker in the stream: {error}") from None
-        if (marker.barrier is None) == (not marker.more):
-            raise PartitionFailed(f"{what}: a marker that is neither a barrier nor 'more'")
+        if (marker.barrier is not None) + (marker.watermark is not None) + marker.more != 1:
+            raise PartitionFailed(f"{what}: a marker must be one of a barrier, a watermark "
+                                  f"and 'more'")
         return marker
 
 

@@ -10,12 +10,14 @@ import random
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.local.conftest import processes_mentioning
+from tests.local.conftest import processes_mentioning, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["-D", "heartbeat.interval=500 ms", "-D", "heartbeat.timeout=5 s"]
@@ -124,4 +126,46 @@ def test_plain_python_runs_the_pipeline_on_a_local_cluster(tmp_path):
     expected = collections.Counter(re.findall(r"[a-z0-9]+", (tmp_path / "in.txt").read_text().lower()))
     table = pq.read_table(tmp_path / "out")
     assert dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist())) == expected
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_streaming_wordcount_counts_a_fed_folder_exactly_in_windows(tmp_path):
+    """Files are renamed into the watched folder while the job runs (with checkpoints
+    every 200 ms); the windows' counts add up to each word's total."""
+    feed, out = tmp_path / "feed", tmp_path / "counts"
+    feed.mkdir()
+    texts = [f"Alpha beta {i}\nbeta GAMMA gamma, alpha!\n" * (i + 1) for i in range(4)]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "yarn_client", "run", "-t", "local", *FAST,
+         "-D", "execution.checkpointing.interval=200 ms", "examples/streaming_wordcount.py",
+         "--input", str(feed), "--output", str(out), "--until-files", str(len(texts)),
+         "--window", "0.5", "--monitor-interval", "0.1"],
+        cwd=REPO, env=dict(os.environ, TMPDIR=str(tmp_path)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    assert job.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(job.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        # Fed once every task runs (the client's progress line says so), 0.4 s apart.
+        wait_for(lambda: any(re.search(r"RUNNING: .*\[2 RUNNING\].*\[2 RUNNING\]", line)
+                             for line in list(lines)), 120, "the job's tasks running")
+        for number, text in enumerate(texts):
+            hidden = feed / f".{number}.txt.inprogress"
+            hidden.write_text(text)
+            hidden.rename(feed / f"{number}.txt")
+            time.sleep(0.4)
+        job.wait(timeout=300)
+        reader.join(10)
+    finally:
+        job.kill()
+    assert job.returncode == 0, "".join(lines)[-3000:]
+    table = pq.read_table(out)
+    assert table.schema.names == ["word", "count"]
+    totals: collections.Counter = collections.Counter()
+    for word, count in zip(table.column("word").to_pylist(), table.column("count").to_pylist()):
+        totals[word] += count
+    assert totals == collections.Counter(re.findall(r"[a-z0-9]+", "".join(texts).lower()))
+    # The files came over more than a second: their words fell into several windows.
+    assert table.column("word").to_pylist().count("alpha") >= 2
     assert processes_mentioning(str(tmp_path)) == []

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
+from flinkyarn.pipeline.operator import Watermark
 from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity, partition_ticket
 from taskexecutor.network import (CheckpointBarrier, DataClientPool, DataServer, InputGate,
                                   PartitionFailed, PartitionNotFound, PartitionReleased,
@@ -265,23 +266,24 @@ def test_hash_partitioned_rows_arrive_exactly(manager, server, pool, tmp_path, p
         assert read_table(remote(pool, server.address, sub)).equals(pa.Table.from_batches([part]))
 
 
-def test_barriers_travel_in_order_also_before_the_first_batch(manager, server, pool, tmp_path):
+def test_barriers_and_watermarks_travel_in_order_also_before_the_first_batch(manager, server, pool, tmp_path):
     """A stream that starts with barriers (no schema known yet) goes on, with its first
     batch, in the stream of the client's next request; a barrier between batches is an
     empty batch with a marker. Two gates over it see the same order as the producer."""
     partition = keyed_partition("pipelined", 1, tmp_path, 1 << 20)
     manager.register(partition)
-    sent = [CheckpointBarrier(1, 1), CheckpointBarrier(2, 2), make_batch(0),
-            CheckpointBarrier(3, 3), make_batch(1), make_batch(2), CheckpointBarrier(4, 4)]
+    sent = [Watermark(7), CheckpointBarrier(1, 1), CheckpointBarrier(2, 2), make_batch(0),
+            CheckpointBarrier(3, 3), make_batch(1), Watermark(9), make_batch(2),
+            CheckpointBarrier(4, 4)]
     for event in sent:
-        if isinstance(event, CheckpointBarrier):
-            partition.broadcast_event(event)
-        else:
+        if isinstance(event, pa.RecordBatch):
             partition.emit(0, event)
+        else:
+            partition.broadcast_event(event)
     partition.finish()
     got = list(remote(pool, server.address).read())
-    assert [e if isinstance(e, CheckpointBarrier) else e.num_rows for e in got] == [
-        e if isinstance(e, CheckpointBarrier) else e.num_rows for e in sent]
+    assert [e.num_rows if isinstance(e, pa.RecordBatch) else e for e in got] == [
+        e.num_rows if isinstance(e, pa.RecordBatch) else e for e in sent]
     assert pa.Table.from_batches([e for e in got if isinstance(e, pa.RecordBatch)]).equals(
         expected(0, 3))
 
@@ -289,7 +291,7 @@ def test_barriers_travel_in_order_also_before_the_first_batch(manager, server, p
 def test_a_malformed_marker_fails_the_channel_naming_it():
     with pytest.raises(PartitionFailed, match="subpartition 0 of .*: a malformed marker"):
         StreamMarker.decode(b'{"barrier": "one"}', "subpartition 0 of result#0")
-    with pytest.raises(PartitionFailed, match="neither a barrier nor 'more'"):
+    with pytest.raises(PartitionFailed, match="one of a barrier, a watermark and 'more'"):
         StreamMarker.decode(b'{}', "subpartition 0 of result#0")
 
 
