@@ -301,26 +301,47 @@ CHECKPOINTS_RETENTION = option(
     choice("NO_EXTERNALIZED_CHECKPOINTS", "DELETE_ON_CANCELLATION", "RETAIN_ON_CANCELLATION"),
     "NO_EXTERNALIZED_CHECKPOINTS",
     "What becomes of a job's checkpoints when it ends: NO_EXTERNALIZED_CHECKPOINTS deletes them; DELETE_ON_CANCELLATION keeps them when the job failed; RETAIN_ON_CANCELLATION also when it was cancelled. A finished job's are deleted.")
+SAVEPOINTS_DIRECTORY = option(
+    "state.savepoints.dir", STRING, "",
+    "Where `flinkyarn savepoint` and `stop --savepoint` put savepoints unless told; empty: savepoints/ under the user's staging directory on YARN, else under the temporary folder.")
+SAVEPOINT_PATH = option(
+    "execution.savepoint.path", STRING, "",
+    "A savepoint (or retained checkpoint) folder a job resumes from (`flinkyarn run -s PATH`); empty: none.")
+SAVEPOINT_IGNORE_UNCLAIMED_STATE = option(
+    "execution.savepoint.ignore-unclaimed-state", BOOL, "false",
+    "Resume even when the savepoint holds state no operator of the job claims (`--allow-non-restored-state`); that state is dropped.")
 CHECKPOINTS_NUM_RETAINED = option(
     "state.checkpoints.num-retained", integer(1), "1",
     "How many of a job's newest completed checkpoints are kept; older ones are deleted.")
 
 
 JOB_OPTIONS = ("jobmanager.execution.failover-strategy, pipeline.max-parallelism, "
-               "restart-strategy.*, execution.checkpointing.* and state.checkpoints.*")
+               "restart-strategy.*, execution.checkpointing.*, state.checkpoints.*, "
+               "state.savepoints.* and execution.savepoint.*")
 
 
 def is_job_option(key: str) -> bool:
     """Whether a job may set `key` for itself (Flink's job-level fault-tolerance
     settings); everything else belongs to the cluster."""
     return key in (FAILOVER_STRATEGY.key, PIPELINE_MAX_PARALLELISM.key) or key.startswith(
-        ("restart-strategy.", "execution.checkpointing.", "state.checkpoints."))
+        ("restart-strategy.", "execution.checkpointing.", "state.checkpoints.",
+         "state.savepoints.", "execution.savepoint."))
 
 
 def is_client_option(key: str) -> bool:
     """Whether `key` is about the client itself (who it is on a secure cluster), which it
     uses with any target, a session too."""
     return key.startswith("security.kerberos.login.")
+
+
+def resumes(graph: JobGraph, conf: Configuration | None = None,
+            settings: Mapping[str, str] | None = None) -> bool:
+    """Whether the job resumes from a savepoint (execution.savepoint.path, set by the job,
+    by the client's job settings or by the cluster): its NO_OVERWRITE outputs then hold
+    what the savepoint's job wrote, and are not refused for having content."""
+    key = SAVEPOINT_PATH.key
+    return bool(graph.configuration.get(key) or (settings or {}).get(key)
+                or (conf is not None and conf.get(SAVEPOINT_PATH)))
 
 
 def job_settings(raw: Mapping[str, str]) -> dict[str, str]:
@@ -476,6 +497,9 @@ class CheckpointConfig:
     directory: str = ""
     num_retained: int = 1
     retention: str = "NO_EXTERNALIZED_CHECKPOINTS"
+    savepoint_directory: str = ""
+    restore_path: str = ""               # execution.savepoint.path
+    allow_non_restored_state: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -492,6 +516,9 @@ class CheckpointConfig:
             directory=conf.get(CHECKPOINTS_DIRECTORY),
             num_retained=conf.get(CHECKPOINTS_NUM_RETAINED),
             retention=conf.get(CHECKPOINTS_RETENTION),
+            savepoint_directory=conf.get(SAVEPOINTS_DIRECTORY),
+            restore_path=conf.get(SAVEPOINT_PATH),
+            allow_non_restored_state=conf.get(SAVEPOINT_IGNORE_UNCLAIMED_STATE),
         )
 
 

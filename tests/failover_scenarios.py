@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import cloudpickle
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import pytest
 
 from flinkyarn import Pipeline, checkpoints
 from flinkyarn.connectors.filesystems import resolve
@@ -28,7 +30,7 @@ from tests.local import jobs
 from tests.local.conftest import wait_for
 from tests.local.jobs import (N, FailOnce, always_fails, exists, join, slow_numbers,
                               write_text)
-from yarn_client.rest_client import RestClient
+from yarn_client.rest_client import RestClient, RestError
 
 # HeldNumbers and HoldsOnSubtaskZero, for the tasks.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -313,6 +315,72 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
     details = target.result(job_id)
     assert details.status == "FINISHED", details.failure_cause
     assert details.restarts >= 2, details.restart_history
+    total = files * lines
+    assert sorted(read(records).column("n").to_pylist()) == list(range(1, total + 1))
+    table = read(counts)
+    assert dict(zip(table.column("k").to_pylist(), table.column("count").to_pylist())) == {
+        k: sum(1 for n in range(1, total + 1) if n % 4 == k) for k in range(4)}
+    return details
+
+
+def watched_counting(feed: str, records: str, counts: str, files: int, parallelism: int = 2,
+                     with_counts: bool = True) -> Pipeline:
+    """A job watching `feed` (ending after `files` files) that writes every record
+    through the exactly-once sink and, at its end, the count per key."""
+    p = Pipeline("watched", parallelism=parallelism, configuration={
+        "execution.checkpointing.interval": "100 ms"})
+    keyed = p.read_text(feed, monitor_interval=0.05, until_files=files) \
+        .map(jobs.numbered, name="parse").key_by("k")
+    keyed.write_parquet(records, uid="records")
+    if with_counts:
+        keyed.count(uid="counts").write_parquet(counts)
+    return p
+
+
+def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], str],
+                                   files: int = 8, lines: int = 25) -> JobDetails:
+    """Half the files, then `stop(job, folder)` stops the job with a savepoint and
+    returns its folder: the job ends FINISHED. A job of the same program resumes from the
+    savepoint into the same folders and reads the rest: every record once, the counts
+    over all of them. A job that lost an operator is refused unless it allows
+    non-restored state; one whose parallelism changed is refused."""
+    run = jobs.join(target.scratch, f"savepoint-{uuid.uuid4().hex[:8]}")
+    feed, records, counts = (jobs.join(run, name) for name in ("feed", "records", "counts"))
+    jobs.make_folder(feed)
+
+    def put(number: int) -> None:
+        first = number * lines + 1
+        jobs.publish(feed, f"{number:04d}.txt",
+                     "".join(f"{n}\n" for n in range(first, first + lines)))
+
+    first = target.submit(watched_counting(feed, records, counts, files))
+    for number in range(files // 2):
+        put(number)
+    wait_for(lambda: (v := target.rest.job(first).checkpoints) and v.completed >= 2, 120,
+             "checkpoints of the first job")
+    location = stop(first, jobs.join(run, "savepoints"))
+    assert location.startswith(jobs.join(run, "savepoints/savepoint-")), location
+    assert target.result(first).status == "FINISHED"
+
+    def resumed(pipeline: Pipeline, allow: bool = False):
+        graph = pipeline.job_graph()
+        return msgspec.structs.replace(graph, configuration={
+            **graph.configuration, "execution.savepoint.path": location,
+            "execution.savepoint.ignore-unclaimed-state": str(allow).lower()})
+
+    without_counts = watched_counting(feed, records, counts, files, with_counts=False)
+    with pytest.raises(RestError, match="state of operator .* which this job does not have"):
+        target.rest.submit(resumed(without_counts))
+    wider = watched_counting(feed, records, counts, files, parallelism=3)
+    with pytest.raises(RestError, match="rescaling from a savepoint is not supported yet"):
+        target.rest.submit(resumed(wider))
+
+    second = target.rest.submit(resumed(watched_counting(feed, records, counts, files)))
+    for number in range(files // 2, files):
+        put(number)
+    details = target.result(second)
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.checkpoints is not None and details.checkpoints.restored_from is not None
     total = files * lines
     assert sorted(read(records).column("n").to_pylist()) == list(range(1, total + 1))
     table = read(counts)

@@ -269,6 +269,9 @@ def _job_rows(job: JobDetails, now: float) -> str:
         cause += (f'<details class="cause" id="restarts-{_e(job.job_id)}"><summary>'
                   f"{job.restarts} restart(s); root cause: {_e(root[0] if root else '')}</summary>"
                   f"<ul>{restarts}</ul></details>")
+    if job.checkpoints is not None:
+        cause += (f'<p class="checkpoints" id="checkpoints-{_e(job.job_id)}">'
+                  f"{_e(job.checkpoints.summary())}</p>")
     if job.spark_application:
         url = job.spark_tracking_url or ""
         link = (f'<a href="{_e(url)}">{_e(job.spark_application)}</a>'

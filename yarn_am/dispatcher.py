@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from flinkyarn import options, retry
+from flinkyarn import checkpoints, options, retry
+from flinkyarn.checkpoints import TaskRestore
 from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.failures import failure_cause
@@ -27,7 +28,8 @@ from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
                                            JobList, JobOutputQuery, JobOutputView, JobOverview,
                                            JobQuery, JobSubmitted, RestartView,
-                                           SlotView, SubmitJob, TaskExecutorView, TokenStatus,
+                                           SavepointWritten, SlotView, SubmitJob,
+                                           TaskExecutorView, TokenStatus, TriggerSavepoint,
                                            VertexDetails)
 from flinkyarn.ids import JobID, JobMasterId
 from flinkyarn.jobgraph import JobGraph
@@ -96,8 +98,10 @@ class Dispatcher(RpcEndpoint):
         capacity, bound = await self._resource_manager.slot_capacity()
         # From the graph first: a job far too wide is refused before it costs memory.
         self._check_capacity(graph, slots_at_once_from(graph), capacity, bound)
+        savepoint = await self._savepoint_of(graph, config)
         job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
-                               on_terminated=self._job_terminated, clock=self._clock)
+                               on_terminated=self._job_terminated, clock=self._clock,
+                               savepoint=savepoint)
         self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
         if graph.job_id in self.jobs:  # submitted again while we asked
             raise ValueError(f"job {graph.job_id} was already submitted")
@@ -105,6 +109,26 @@ class Dispatcher(RpcEndpoint):
         self.spawn(self._supervise(job_master), f"jobmaster-{graph.job_id}")
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
         return JobSubmitted(graph.job_id)
+
+    async def _savepoint_of(self, graph: JobGraph, config: JobMasterConfig
+                            ) -> tuple[int, dict[tuple[str, int], TaskRestore]] | None:
+        """What the job resumes from (execution.savepoint.path): the savepoint's id and
+        each subtask's state; ValueError (the submission is refused) when it cannot."""
+        path = config.checkpoint.restore_path
+        if not path:
+            return None
+        if not config.checkpoint.enabled:
+            raise ValueError(f"job {graph.name!r} resumes from {path} but takes no "
+                             f"checkpoints: set execution.checkpointing.interval")
+        metadata = await self.run_blocking(checkpoints.read_metadata, path)
+        vertices = [(str(v.id), v.parallelism, [op.uid for op in v.operators])
+                    for v in graph.vertices]
+        try:
+            restores = checkpoints.restores_from(metadata, vertices,
+                                                 config.checkpoint.allow_non_restored_state)
+        except ValueError as error:
+            raise ValueError(f"job {graph.name!r} cannot resume from {path}: {error}") from None
+        return metadata.checkpoint_id, restores
 
     @staticmethod
     def _check_capacity(graph: JobGraph, needed: int, capacity: int, bound: str) -> None:
@@ -194,6 +218,17 @@ class Dispatcher(RpcEndpoint):
         if record.job_master is not None:
             record.job_master.cancel()
         return ACK
+
+    async def trigger_savepoint(self, request: TriggerSavepoint) -> SavepointWritten:
+        record = self._record(request.job_id)
+        if record.job_master is None:
+            raise InvalidRequest(f"job {request.job_id} has ended: no savepoint")
+        try:
+            location = await record.job_master.trigger_savepoint(request.target_directory,
+                                                                 request.stop)
+        except (ValueError, RuntimeError) as error:
+            raise InvalidRequest(str(error)) from None
+        return SavepointWritten(request.job_id, location)
 
     async def list_jobs(self, request: Ack) -> JobList:
         return JobList([self._overview(record) for record in self.jobs.values()])

@@ -7,6 +7,8 @@
     GET    /jobs/{job_id}/output?after=N
                                   JobOutputView: what the job's tasks printed, from N on
     POST   /jobs/{job_id}/cancel  202
+    POST   /jobs/{job_id}/savepoints  JSON {"target_directory": DIR, "stop": BOOL}
+                                  -> SavepointWritten once written (400: none taken)
     DELETE /cluster               202; the AppMaster shuts down
 
 Served over HTTPS that requires a certificate of the cluster, of role client (403 for
@@ -24,10 +26,10 @@ import msgspec
 from aiohttp import web
 
 from flinkyarn.gateways import ACK
-from flinkyarn.gateways.dispatcher import JobOutputQuery, JobQuery, SubmitJob
+from flinkyarn.gateways.dispatcher import JobOutputQuery, JobQuery, SubmitJob, TriggerSavepoint
 from flinkyarn.ids import JobID
 from flinkyarn.rpc import codec
-from flinkyarn.rpc.errors import MalformedMessage
+from flinkyarn.rpc.errors import InvalidRequest, MalformedMessage
 from flinkyarn.rpc.security import CLIENT, ClusterSecurity, role_of
 from yarn_am.dispatcher import Dispatcher, UnknownJob
 
@@ -74,6 +76,7 @@ class RestServer:
             web.get("/jobs/{job_id}", self.job_details),
             web.get("/jobs/{job_id}/output", self.job_output),
             web.post("/jobs/{job_id}/cancel", self.cancel_job),
+            web.post("/jobs/{job_id}/savepoints", self.trigger_savepoint),
             web.delete("/cluster", self.shutdown_cluster),
         ])
         self._runner: web.AppRunner | None = None
@@ -136,6 +139,20 @@ class RestServer:
     async def cancel_job(self, request: web.Request) -> web.Response:
         await self._dispatcher.cancel_job(JobQuery(JobID(request.match_info["job_id"])))
         return _json({"job_id": request.match_info["job_id"], "cancelling": True}, 202)
+
+    async def trigger_savepoint(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            fields = msgspec.json.decode(body or b"{}", type=dict[str, object])
+            trigger = msgspec.convert({**fields, "job_id": request.match_info["job_id"]},
+                                      TriggerSavepoint)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            raise ValueError(f"a savepoint request is JSON {{\"target_directory\": DIR, "
+                             f"\"stop\": BOOL}}: {error}") from None
+        try:
+            return _json(await self._dispatcher.trigger_savepoint(trigger))
+        except InvalidRequest as error:
+            return _error(400, str(error))
 
     async def shutdown_cluster(self, request: web.Request) -> web.Response:
         self._shutdown()

@@ -70,7 +70,8 @@ class LocalTargetExecutor:
         from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
 
         options.check_job_graph(graph, self.cluster.conf)  # before a cluster is started
-        outputs.check(graph.outputs)
+        if not options.resumes(graph, self.cluster.conf):
+            outputs.check(graph.outputs)
         if self._executor is None:
             click.echo("starting a local cluster ...", err=True)
             self._executor = ClusterExecutor(self.cluster.start())
@@ -260,19 +261,32 @@ def _pyspark_cluster_properties(submit: SparkSubmitOptions, dynamic: dict[str, s
 @click.option("--detached", is_flag=True,
               help="yarn-per-job: print the application id and return (execution.attached=false).")
 @click.option("--application-id", help="yarn-session: the session to submit into (default: your newest).")
+@click.option("-s", "--from-savepoint", "savepoint", metavar="PATH",
+              help="The program's jobs resume from this savepoint folder "
+                   "(execution.savepoint.path).")
+@click.option("--allow-non-restored-state", is_flag=True,
+              help="With -s: drop the savepoint's state that no operator claims "
+                   "(execution.savepoint.ignore-unclaimed-state).")
 @python_options
 @yarn_application_options
 @spark_submit_options
 @click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached: bool,
-        application_id: str | None, python_archives: tuple[str, ...],
+        application_id: str | None, savepoint: str | None, allow_non_restored_state: bool,
+        python_archives: tuple[str, ...],
         python_executable: str | None, py_files: tuple[str, ...], files: tuple[Path, ...],
         name: str | None, queue: str | None, tags: tuple[str, ...], spark_confs: tuple[str, ...],
         spark_master: str | None, deploy_mode: str | None, archives: tuple[str, ...],
         num_executors: int | None, executor_cores: int | None, executor_memory: str | None,
         driver_memory: str | None, program: Path, args: tuple[str, ...]) -> None:
     """Run PROGRAM (a Python file that builds and executes jobs) with ARGS."""
+    if allow_non_restored_state and not savepoint:
+        raise click.UsageError("--allow-non-restored-state goes with -s PATH")
+    if savepoint:
+        properties = (*properties, f"{options.SAVEPOINT_PATH.key}={savepoint}",
+                      f"{options.SAVEPOINT_IGNORE_UNCLAIMED_STATE.key}="
+                      f"{str(allow_non_restored_state).lower()}")
     if str(program).startswith("-"):
         option = str(program).split("=")[0]
         hint = f" ({NOT_TAKEN[option]})" if option in NOT_TAKEN else ""
@@ -465,6 +479,8 @@ def list_jobs(application_id: str | None, conf: Configuration) -> None:
             details = rest.job(job.job_id)
             restarts = f"  {details.restarts} restart(s)" if details.restarts else ""
             click.echo(f"  {job.job_id}  {job.status:10} {job.name}{restarts}")
+            if details.checkpoints is not None:
+                click.echo(f"    {details.checkpoints.summary()}")
             if details.spark_application:
                 click.echo(f"    Spark application {details.spark_application}: "
                            f"{details.spark_tracking_url or ''}")
@@ -481,6 +497,48 @@ def cancel(application_id: str, job_id: str, conf: Configuration) -> None:
     """Cancel job JOB_ID in application APPLICATION_ID."""
     yarn_cluster.connect(application_id, conf).cancel(job_id)
     click.echo(f"cancelling job {job_id}")
+
+
+@cli.command()
+@click.argument("application_id")
+@click.argument("job_id")
+@click.argument("directory", required=False, default="")
+@client_properties
+@yarn_errors
+def savepoint(application_id: str, job_id: str, directory: str, conf: Configuration) -> None:
+    """Take a savepoint of streaming job JOB_ID into DIRECTORY (default:
+    state.savepoints.dir); prints its folder, which `run -s` resumes from."""
+    _savepoint(application_id, job_id, directory, False, conf)
+
+
+@cli.command()
+@click.argument("application_id")
+@click.argument("job_id")
+@click.option("--savepoint", "with_savepoint", is_flag=True, default=True,
+              help="Take a savepoint first (always: Flink's stop-with-savepoint).")
+@click.option("--savepoint-dir", "directory", default="",
+              help="Where the savepoint goes (default: state.savepoints.dir).")
+@client_properties
+@yarn_errors
+def stop(application_id: str, job_id: str, with_savepoint: bool, directory: str,
+         conf: Configuration) -> None:
+    """Stop streaming job JOB_ID with a savepoint: it ends FINISHED, and `run -s` with the
+    printed folder resumes it."""
+    _savepoint(application_id, job_id, directory, True, conf)
+
+
+def _savepoint(application_id: str, job_id: str, directory: str, stop: bool,
+               conf: Configuration) -> None:
+    rest = yarn_cluster.connect(application_id, conf)
+    click.echo(f"taking a savepoint of job {job_id}{' and stopping it' if stop else ''} ...",
+               err=True)
+    try:
+        location = rest.savepoint(job_id, directory, stop,
+                                  timeout=conf.get(options.CHECKPOINTING_TIMEOUT) + 30)
+    except RestError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    click.echo(f"savepoint written to {location}")
 
 
 @cli.command()

@@ -9,7 +9,7 @@ from typing import Callable, Mapping, TextIO
 
 import msgspec
 
-from flinkyarn import retry
+from flinkyarn import options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
 from flinkyarn.gateways.dispatcher import JobDetails, RestartView
@@ -133,7 +133,8 @@ class StandaloneLocalExecutor:
     def execute(self, graph: JobGraph) -> JobResult:
         from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
 
-        outputs.check(graph.outputs)  # OutputExistsError before a cluster is started
+        if not options.resumes(graph):
+            outputs.check(graph.outputs)  # OutputExistsError before a cluster is started
         with LocalCluster(Configuration.load(), start_workers=1) as cluster:
             assert cluster.rest is not None  # started by `with`
             return ClusterExecutor(cluster.rest).execute(graph)

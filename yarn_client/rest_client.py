@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from flinkyarn.gateways.dispatcher import (ClusterOverview, JobDetails, JobList, JobOutputView,
-                                           JobSubmitted, SubmitJob)
+                                           JobSubmitted, SavepointWritten, SubmitJob)
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.security import ClusterSecurity
@@ -68,6 +68,13 @@ class RestClient:
 
     def cancel(self, job_id: str, timeout: float | None = None) -> None:
         self._request("POST", f"/jobs/{job_id}/cancel", b"", timeout=timeout)
+
+    def savepoint(self, job_id: str, directory: str = "", stop: bool = False,
+                  timeout: float | None = None) -> str:
+        """Takes a savepoint of the job (and stops it); returns its folder once written."""
+        body = msgspec.json.encode({"target_directory": directory, "stop": stop})
+        data = self._request("POST", f"/jobs/{job_id}/savepoints", body, timeout=timeout)
+        return msgspec.json.decode(data, type=SavepointWritten).location
 
     def shutdown_cluster(self) -> None:
         self._request("DELETE", "/cluster", timeout=10)

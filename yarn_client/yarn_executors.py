@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Mapping, TextIO
 
-from flinkyarn import kerberos
+from flinkyarn import kerberos, options
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
 from flinkyarn.jobgraph import JobGraph
@@ -39,7 +39,8 @@ class PerJobExecutor:
 
         if graph.outputs:
             kerberos.client_login(self.descriptor.conf)  # HDFS is asked as the submitter
-        outputs.check(graph.outputs)  # OutputExistsError before an application exists
+        if not options.resumes(graph, self.descriptor.conf):
+            outputs.check(graph.outputs)  # OutputExistsError before an application exists
         deployment = self.descriptor.deploy("per-job", graph)
         self.applications.append(deployment.app_id)
         self.rest = deployment.rest
@@ -106,7 +107,8 @@ class SessionExecutor:
     def execute(self, graph: JobGraph) -> JobResult:
         from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
 
-        outputs.check(graph.outputs)  # OutputExistsError before the job is submitted
+        if not options.resumes(graph, settings=self.executor.job_settings):
+            outputs.check(graph.outputs)  # OutputExistsError before the job is submitted
         print(f"submitting into session {self.app_id}", file=self.out, flush=True)
         result = self.executor.execute(graph)
         self.results.append(result)

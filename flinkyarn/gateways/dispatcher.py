@@ -70,6 +70,34 @@ class CheckpointView(msgspec.Struct, frozen=True):
     restored_from: int | None = None
     directory: str = ""
 
+    def summary(self) -> str:
+        """One line for people: `flinkyarn list` and the dashboard."""
+        parts = [f"checkpoints: {self.completed} completed, {self.failed} failed, "
+                 f"{self.in_progress} in progress"]
+        if self.last_completed_id is not None:
+            parts.append(f"last #{self.last_completed_id} "
+                         f"({(self.last_completed_duration or 0) * 1000:.0f} ms, "
+                         f"{self.last_completed_size or 0} bytes)")
+        if self.restored_from is not None:
+            parts.append(f"restored from #{self.restored_from}")
+        if self.last_failure:
+            parts.append(f"last failure: {self.last_failure.splitlines()[0]}")
+        return "; ".join(parts)
+
+
+class TriggerSavepoint(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A savepoint of a running streaming job into `target_directory` (empty: the job's
+    state.savepoints.dir); with `stop`, the job then stops."""
+
+    job_id: JobID
+    target_directory: str = ""
+    stop: bool = False
+
+
+class SavepointWritten(msgspec.Struct, frozen=True):
+    job_id: JobID
+    location: str  # the savepoint's folder
+
 
 class JobDetails(msgspec.Struct, frozen=True):
     job_id: JobID
@@ -146,6 +174,11 @@ class DispatcherGateway(Protocol):
         ...
 
     async def job_details(self, request: JobQuery) -> JobDetails:
+        ...
+
+    async def trigger_savepoint(self, request: TriggerSavepoint) -> SavepointWritten:
+        """Returns once the savepoint is written; InvalidRequest (nothing changed) when
+        the job cannot take one now, or it failed."""
         ...
 
     async def cancel_job(self, request: JobQuery) -> Ack:

@@ -5,11 +5,13 @@ tests/failover_scenarios.py's)."""
 from __future__ import annotations
 
 import pyarrow.compute as pc
+import pytest
 
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
 from tests.local.conftest import task_executor_process
 from tests.local.jobs import SlowSnapshots, slow_numbers
+from yarn_client.rest_client import RestError
 
 
 def test_a_killed_streaming_job_goes_on_from_its_latest_checkpoint_exactly(cluster, tmp_path):
@@ -58,3 +60,21 @@ def test_a_watched_folder_job_killed_twice_keeps_every_record_once(cluster, tmp_
     for run in range(10):
         details = scenarios.watched_folder_job_killed_twice_keeps_every_record_once(target)
         assert details.checkpoints is not None and details.checkpoints.restored_from, run
+
+
+def test_stop_with_a_savepoint_then_resume_from_it_keeps_every_record_once(cluster, tmp_path):
+    (tmp_path / "out").mkdir()
+    target = scenarios.Target(cluster.rest, task_executor_process, str(tmp_path / "out"),
+                              str(tmp_path))
+    scenarios.stop_with_savepoint_and_resume(
+        target, lambda job, folder: cluster.rest.savepoint(job, folder, stop=True, timeout=60))
+
+
+def test_a_savepoint_needs_a_job_that_takes_checkpoints(cluster, tmp_path):
+    p = Pipeline("no checkpoints", parallelism=1)
+    p.from_generator(slow_numbers).write_parquet(str(tmp_path / "out"))
+    job = cluster.rest.submit(p.job_graph())
+    with pytest.raises(RestError, match="takes no checkpoints"):
+        cluster.rest.savepoint(job, str(tmp_path / "savepoints"), timeout=30)
+    assert scenarios.Target(cluster.rest, task_executor_process, "", "").result(job).status \
+        == "FINISHED"

@@ -154,3 +154,26 @@ def test_a_trigger_that_finds_its_source_ended_aborts_without_counting():
     assert c.abort(1, "source-0 ended") == Aborted(1, "source-0 ended", False)
     assert c.abort(1, "again") is None
     assert c.failures_in_a_row == 0 and c.must_fail_over is None and c.pending == {}
+
+
+def test_a_savepoint_is_taken_beside_a_checkpoint_and_its_failure_does_not_count():
+    c = coordinator(timeout=10.0)
+    assert c.trigger(0, 1, SOURCES, TASKS) == Triggered(1, 1)
+    assert c.trigger(0.5, 2, SOURCES, TASKS, savepoint=True) == Triggered(2, 2)
+    assert c.stats.triggered == 1  # the statistics are the checkpoints'
+    assert c.decline(2, "sink-0", "disk full", 1) == Aborted(2, "a task declined it: disk full", False)
+    c.trigger(2, 3, SOURCES, TASKS, savepoint=True)
+    assert [a.counted for a in c.expire(12.5)] == [True, False]  # checkpoint 1, savepoint 3
+    assert c.failures_in_a_row == 1
+
+
+def test_a_completed_savepoint_does_not_subsume_a_pending_checkpoint():
+    c = coordinator()
+    c.trigger(0, 1, SOURCES, TASKS, savepoint=True)
+    c.trigger(0, 2, SOURCES, TASKS)
+    complete(c, 2, 1)
+    assert list(c.pending) == [1]
+    completed = None
+    for task in TASKS:
+        completed = c.acknowledge(1, task, "s", 2)
+    assert completed is not None and completed.savepoint

@@ -231,3 +231,21 @@ def test_a_pyspark_job_shows_its_spark_application_and_the_tail_of_its_output():
                      r'application_1_0002/">application_1_0002</a>', html)
     assert "Pi is roughly 3.14\n&lt;script&gt;alert(1)&lt;/script&gt;</pre>" in html
     assert "<script>alert(1)" not in html
+
+
+def test_a_streaming_job_shows_its_checkpoints():
+    import msgspec
+
+    from flinkyarn.gateways.dispatcher import CheckpointView
+
+    streaming = msgspec.structs.replace(
+        job("j-st", "counts", "RUNNING", T0),
+        checkpoints=CheckpointView(triggered=9, completed=7, failed=1, in_progress=1,
+                                   last_completed_id=8, last_completed_duration=0.125,
+                                   last_completed_size=2048, restored_from=5,
+                                   last_failure="checkpoint 3: it expired <late>\nmore"))
+    html = page(FakeDispatcher([], [streaming]))
+
+    assert ('id="checkpoints-j-st">checkpoints: 7 completed, 1 failed, 1 in progress; last #8 '
+            '(125 ms, 2048 bytes); restored from #5; last failure: checkpoint 3: it expired '
+            '&lt;late&gt;</p>') in html

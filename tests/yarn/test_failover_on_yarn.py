@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import re
 import signal
 import urllib.request
 import uuid
@@ -117,9 +118,31 @@ def test_a_killed_streaming_job_goes_on_from_its_latest_checkpoint_on_hdfs(targe
     assert view is not None and view.directory.startswith("hdfs://"), view
 
 
-def test_a_watched_folder_on_hdfs_job_killed_twice_keeps_every_record_once(target):
+def test_a_watched_folder_on_hdfs_job_killed_twice_keeps_every_record_once(one_slot_session):
+    deployment, target = one_slot_session
     details = scenarios.watched_folder_job_killed_twice_keeps_every_record_once(target)
-    assert details.checkpoints is not None and details.checkpoints.restored_from is not None
+    view = details.checkpoints
+    assert view is not None and view.restored_from is not None
+    # What an operator sees of them.
+    listed = flinkyarn("list", deployment.app_id)
+    assert listed.returncode == 0, listed.stderr
+    # (A checkpoint may complete while the finished job's AppMaster side winds down.)
+    assert re.search(r"checkpoints: \d+ completed, \d+ failed, 0 in progress; last #\d+ "
+                     r"\(\d+ ms, \d+ bytes\); restored from #\d+", listed.stdout), listed.stdout
+
+
+def test_stop_with_a_savepoint_on_hdfs_then_resume_from_it(one_slot_session):
+    """`flinkyarn stop --savepoint` (the CLI, as a user) writes the savepoint to HDFS; a
+    job resuming from it reads the rest of the input, every record once."""
+    deployment, target = one_slot_session
+
+    def stop(job_id: str, folder: str) -> str:
+        result = flinkyarn("stop", "--savepoint", "--savepoint-dir", folder,
+                           deployment.app_id, job_id)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip().rsplit("savepoint written to ", 1)[-1]
+
+    scenarios.stop_with_savepoint_and_resume(target, stop)
 
 
 def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(target):

@@ -17,7 +17,9 @@ checkpoint completed, fails the job over when told to. Time is what the caller s
     abort_pending(reason)                   -> the Aborted (a failover: not counted)
     completed_written(completed) / completed_not_written(completed, reason, now)
 
-A checkpoint completes when every task it was triggered for acknowledged it. Failures
+A checkpoint completes when every task it was triggered for acknowledged it. A
+savepoint (the user's, `trigger(..., savepoint=True)`) is one too, taken whatever else
+is in progress; it does not subsume checkpoints, and its failure does not count. Failures
 in a row (a task declined, it timed out, it could not be written) count toward
 execution.checkpointing.tolerable-failed-checkpoints; one more than tolerated sets
 `must_fail_over` (Flink: "Exceeded checkpoint tolerable failure threshold"); a completed
@@ -45,6 +47,7 @@ class PendingCheckpoint(Generic[Task, Snapshot]):
     triggered_at: float          # monotonic s
     waiting: set[Task]
     acknowledged: dict[Task, Snapshot] = field(default_factory=dict)
+    savepoint: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class CompletedCheckpoint(Generic[Task, Snapshot]):
     timestamp: int
     duration: float              # s from trigger to the last acknowledgement
     snapshots: dict[Task, Snapshot]
+    savepoint: bool = False      # the user's: kept elsewhere, not one to restore from
 
 
 @dataclass(frozen=True)
@@ -113,23 +117,29 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
         return max(times)
 
     def trigger(self, now: float, wall_ms: int, to_trigger: list[Task],
-                to_acknowledge: list[Task] | None) -> Triggered | NotTriggered:
+                to_acknowledge: list[Task] | None, savepoint: bool = False
+                ) -> Triggered | NotTriggered:
         """A new checkpoint for the running tasks `to_acknowledge` (None: some task of
-        the job is not running), started by barriers from `to_trigger` (the sources)."""
+        the job is not running), started by barriers from `to_trigger` (the sources).
+        A savepoint (the user's) is taken whatever else is in progress and however
+        recently the last one ended."""
         if to_acknowledge is None:
             return NotTriggered("not all tasks of the job are running")
         if not to_trigger:
             return NotTriggered("no source task is running")
-        if len(self.pending) >= self.config.max_concurrent:
-            return NotTriggered(f"{len(self.pending)} checkpoint(s) in progress already "
+        in_progress = sum(1 for p in self.pending.values() if not p.savepoint)
+        if not savepoint and in_progress >= self.config.max_concurrent:
+            return NotTriggered(f"{in_progress} checkpoint(s) in progress already "
                                 f"(execution.checkpointing.max-concurrent-checkpoints)")
-        if self._last_end is not None and now < self._last_end + self.config.min_pause:
+        if not savepoint and self._last_end is not None \
+                and now < self._last_end + self.config.min_pause:
             return NotTriggered("within execution.checkpointing.min-pause of the last one")
         checkpoint_id, self._next_id = self._next_id, self._next_id + 1
         self.pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, wall_ms, now,
-                                                        set(to_acknowledge))
-        self._last_trigger = now
-        self.stats.triggered += 1
+                                                        set(to_acknowledge), savepoint=savepoint)
+        if not savepoint:
+            self._last_trigger = now
+            self.stats.triggered += 1
         return Triggered(checkpoint_id, wall_ms)
 
     def restore_from(self, checkpoint_id: int) -> None:
@@ -154,7 +164,7 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
             return None
         del self.pending[checkpoint_id]
         return CompletedCheckpoint(checkpoint_id, pending.timestamp, now - pending.triggered_at,
-                                   dict(pending.acknowledged))
+                                   dict(pending.acknowledged), pending.savepoint)
 
     def completed_written(self, completed: CompletedCheckpoint[Task, Snapshot], size: int,
                           now: float) -> list[CompletedCheckpoint[Task, Snapshot]]:
@@ -171,7 +181,8 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
         self.stats.last_completed_duration = completed.duration
         self.stats.last_completed_size = size
         # Older pending checkpoints are subsumed: this one is newer and complete.
-        for older in [i for i in self.pending if i < completed.checkpoint_id]:
+        for older in [i for i, p in self.pending.items()
+                      if i < completed.checkpoint_id and not p.savepoint]:
             del self.pending[older]
         return discarded
 
@@ -189,8 +200,11 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
                 now: float) -> Aborted | None:
         """A task could not take its snapshot: the checkpoint is aborted (counted).
         None when it was not pending."""
-        if self.pending.pop(checkpoint_id, None) is None:
+        pending = self.pending.pop(checkpoint_id, None)
+        if pending is None:
             return None
+        if pending.savepoint:  # the user hears of it; the job goes on
+            return Aborted(checkpoint_id, f"a task declined it: {reason}", counted=False)
         return self._failed(checkpoint_id, f"a task declined it: {reason}", now)
 
     def expire(self, now: float) -> list[Aborted]:
@@ -201,11 +215,12 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
         aborted = []
         for pending in expired:
             del self.pending[pending.checkpoint_id]
-            aborted.append(self._failed(
-                pending.checkpoint_id,
-                f"it expired before completing (execution.checkpointing.timeout "
-                f"{self.config.timeout:g} s; {len(pending.waiting)} task(s) had not "
-                f"acknowledged it)", now))
+            reason = (f"it expired before completing (execution.checkpointing.timeout "
+                      f"{self.config.timeout:g} s; {len(pending.waiting)} task(s) had not "
+                      f"acknowledged it)")
+            aborted.append(Aborted(pending.checkpoint_id, reason, counted=False)
+                           if pending.savepoint else
+                           self._failed(pending.checkpoint_id, reason, now))
         return aborted
 
     def abort(self, checkpoint_id: int, reason: str) -> Aborted | None:

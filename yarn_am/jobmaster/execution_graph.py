@@ -80,6 +80,7 @@ class JobStatus(str, enum.Enum):
         CREATED -> RUNNING -> FINISHED
         RUNNING -> FAILING -> FAILED
         CREATED | RUNNING | FAILING -> CANCELLING -> CANCELED
+        RUNNING -> CANCELLING -> FINISHED (stopped after a savepoint: Flink's stop)
 
     CREATED -> CANCELLING is Flink's: a job cancelled before it started. RESTARTING
     has no transitions: the Scheduler keeps a restarting job RUNNING (its pending
@@ -106,7 +107,7 @@ _JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _J.CREATED: frozenset({_J.RUNNING, _J.CANCELLING}),
     _J.RUNNING: frozenset({_J.FINISHED, _J.FAILING, _J.CANCELLING}),
     _J.FAILING: frozenset({_J.FAILED, _J.CANCELLING}),
-    _J.CANCELLING: frozenset({_J.CANCELED}),
+    _J.CANCELLING: frozenset({_J.CANCELED, _J.FINISHED}),
     _J.RESTARTING: frozenset(),
     _J.FINISHED: frozenset(),
     _J.FAILED: frozenset(),

@@ -85,9 +85,13 @@ class JobMasterConfig:
     @classmethod
     def from_configuration(cls, conf: Configuration) -> "JobMasterConfig":
         checkpoint = CheckpointConfig.from_configuration(conf)
-        if not checkpoint.directory:  # a container of a YARN application has skein's id
-            checkpoint = dataclasses.replace(checkpoint, directory=checkpoints.default_directory(
-                on_yarn="SKEIN_APPLICATION_ID" in os.environ))
+        on_yarn = "SKEIN_APPLICATION_ID" in os.environ  # a YARN container has skein's id
+        if not checkpoint.directory:
+            checkpoint = dataclasses.replace(
+                checkpoint, directory=checkpoints.default_directory(on_yarn))
+        if not checkpoint.savepoint_directory:
+            checkpoint = dataclasses.replace(
+                checkpoint, savepoint_directory=checkpoints.default_savepoint_directory(on_yarn))
         return cls(HeartbeatConfig.from_configuration(conf),
                    RegistrationConfig.from_configuration(conf),
                    conf.get(options.SLOT_IDLE_TIMEOUT), conf.get(options.SLOT_REQUEST_TIMEOUT),
@@ -117,7 +121,11 @@ class TaskManagerRecord:
 class JobMaster(RpcEndpoint):
     def __init__(self, rpc: RpcService, job_graph: JobGraph, resource_manager_address: str,
                  config: JobMasterConfig, on_terminated: Callable[[JobResult], None],
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None,
+                 savepoint: tuple[int, dict[tuple[str, int], TaskRestore]] | None = None
+                 ) -> None:
+        """`savepoint`: what the job resumes from (the Dispatcher read and checked it):
+        the savepoint's checkpoint id and each (vertex, subtask)'s state."""
         super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway, clock)
         self.job_graph = job_graph
         self.job_id = job_graph.job_id
@@ -130,12 +138,18 @@ class JobMaster(RpcEndpoint):
         self.checkpoints: CheckpointCoordinator[ExecutionVertexID, TaskStateSnapshot] | None = None
         self._checkpoint_dir = ""
         self.restored_from: int | None = None  # the checkpoint the latest deployment started from
+        self._savepoint = savepoint
+        self._savepoints: dict[int, asyncio.Future[str]] = {}  # id -> the savepoint's folder
+        self._stop_after: set[int] = set()  # savepoints after which the job stops
+        self._savepoint_target: dict[int, str] = {}  # id -> the folder it goes to
         self._completing: set[asyncio.Task] = set()  # checkpoints whose metadata is being written
         if config.checkpoint.enabled:
             if is_streaming(job_graph):
                 self.checkpoints = CheckpointCoordinator(config.checkpoint, job_graph.name)
                 self._checkpoint_dir = checkpoints.job_directory(config.checkpoint.directory,
                                                                  self.job_id)
+                if savepoint is not None:
+                    self.checkpoints.restore_from(savepoint[0])
             else:
                 log.warning("job %s: no checkpoints (execution.checkpointing.interval): it "
                             "is a batch job or has blocking exchanges", self.job_id)
@@ -477,9 +491,14 @@ class JobMaster(RpcEndpoint):
         one to restore from), older ones deleted, the tasks told."""
         coordinator = self.checkpoints
         assert coordinator is not None
+        graph = self.scheduler.execution_graph
         metadata = CheckpointMetadata(self.job_id, completed.checkpoint_id, completed.timestamp, [
-            SubtaskState(evid.vertex_id, evid.subtask_index, snapshot)
+            SubtaskState(evid.vertex_id, evid.subtask_index, snapshot,
+                         graph.job_vertex(evid.vertex_id).parallelism)
             for evid, snapshot in completed.snapshots.items()])
+        if completed.savepoint:
+            await self._complete_savepoint(completed, metadata)
+            return
         try:
             await self.run_blocking(checkpoints.write_metadata, self._checkpoint_dir, metadata)
         except Exception as error:
@@ -491,20 +510,88 @@ class JobMaster(RpcEndpoint):
                  completed.checkpoint_id, completed.duration, size)
         for old in coordinator.completed_written(completed, size, self._now()):
             await self._discard_checkpoint(old.checkpoint_id)
-        if self._terminating:
-            return
+        if not self._terminating:
+            self._confirm(completed.checkpoint_id)
+
+    def _confirm(self, checkpoint_id: int) -> None:
+        """Tells every running task that the checkpoint completed (its sinks commit)."""
         for vertex in self.scheduler.execution_graph.execution_vertices():
             execution = vertex.current_execution
             record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
             if record is not None and execution.state is ExecutionState.RUNNING:
                 self.spawn(self._quietly(record.gateway.confirm_checkpoint(te.ConfirmCheckpoint(
-                    self.job_master_id, execution.attempt_id, completed.checkpoint_id))),
-                    f"confirm-{completed.checkpoint_id}-{execution.attempt_id}")
+                    self.job_master_id, execution.attempt_id, checkpoint_id))),
+                    f"confirm-{checkpoint_id}-{execution.attempt_id}")
+
+    async def trigger_savepoint(self, target: str, stop: bool) -> str:
+        """Takes a savepoint into the folder `target` (empty: state.savepoints.dir) and
+        returns its folder once written; with `stop`, the job then stops (FINISHED, as
+        Flink's stop-with-savepoint). ValueError (nothing changed) when the job takes
+        no checkpoints or not all of its tasks run; RuntimeError when it failed."""
+        coordinator = self.checkpoints
+        if coordinator is None:
+            raise ValueError(f"job {self.job_id} takes no checkpoints (a streaming job with "
+                             f"execution.checkpointing.interval takes savepoints)")
+        if self._terminating or self.status is not JobStatus.RUNNING:
+            raise ValueError(f"job {self.job_id} is {self.status.value}: no savepoint")
+        vertices = list(self.scheduler.execution_graph.execution_vertices())
+        running = all(v.current_execution.state is ExecutionState.RUNNING for v in vertices)
+        sources = [v for v in vertices if not v.consumed_partitions]
+        result = coordinator.trigger(self._now(), int(time.time() * 1000),
+                                     [v.id for v in sources],
+                                     [v.id for v in vertices] if running else None,
+                                     savepoint=True)
+        if isinstance(result, NotTriggered):
+            raise ValueError(f"job {self.job_id}: no savepoint now: {result.reason}")
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._savepoints[result.checkpoint_id] = done
+        self._savepoint_target[result.checkpoint_id] = target or self.config.checkpoint.savepoint_directory
+        if stop:
+            self._stop_after.add(result.checkpoint_id)
+        for vertex in sources:
+            execution = vertex.current_execution
+            record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
+            self.spawn(self._send_trigger(record, vertex.id, execution.attempt_id,
+                                          result.checkpoint_id, result.timestamp),
+                       f"savepoint-{result.checkpoint_id}-{execution.attempt_id}")
+        log.info("job %s: savepoint %d triggered%s", self.job_id, result.checkpoint_id,
+                 " (the job stops after it)" if stop else "")
+        return await done
+
+    async def _complete_savepoint(self, completed: CompletedCheckpoint,
+                                  metadata: CheckpointMetadata) -> None:
+        done = self._savepoints.pop(completed.checkpoint_id, None)
+        target = self._savepoint_target.pop(completed.checkpoint_id, "")
+        try:
+            folder = await self.run_blocking(checkpoints.write_savepoint, self._checkpoint_dir,
+                                              metadata, target)
+        except Exception as error:
+            log.warning("job %s: savepoint %d could not be written: %s", self.job_id,
+                        completed.checkpoint_id, error)
+            self._stop_after.discard(completed.checkpoint_id)
+            if done is not None and not done.done():
+                done.set_exception(RuntimeError(f"the savepoint could not be written: "
+                                                f"{type(error).__name__}: {error}"))
+            return
+        log.info("job %s: savepoint %d written to %s", self.job_id, completed.checkpoint_id, folder)
+        if not self._terminating:
+            self._confirm(completed.checkpoint_id)
+        if completed.checkpoint_id in self._stop_after and not self._terminating:
+            self._stop_after.discard(completed.checkpoint_id)
+            log.info("job %s stops after its savepoint", self.job_id)
+            self._run_scheduler(self.scheduler.stop(self._now()))
+        if done is not None and not done.done():
+            done.set_result(folder)
 
     def _checkpoint_aborted(self, aborted: Aborted) -> None:
         log.log(logging.WARNING if aborted.counted else logging.INFO,
                 "job %s: checkpoint %d aborted: %s", self.job_id, aborted.checkpoint_id,
                 aborted.reason)
+        done = self._savepoints.pop(aborted.checkpoint_id, None)
+        self._savepoint_target.pop(aborted.checkpoint_id, None)
+        self._stop_after.discard(aborted.checkpoint_id)
+        if done is not None and not done.done():
+            done.set_exception(RuntimeError(f"the savepoint was aborted: {aborted.reason}"))
         self.spawn(self._discard_checkpoint(aborted.checkpoint_id), f"discard-{aborted.checkpoint_id}")
         coordinator = self.checkpoints
         if coordinator is not None and coordinator.must_fail_over is not None:
@@ -537,10 +624,13 @@ class JobMaster(RpcEndpoint):
 
     def _restore_for(self, evid: ExecutionVertexID) -> TaskRestore | None:
         """What a subtask deployed now starts from: its state in the latest completed
-        checkpoint, if any."""
+        checkpoint, else in the savepoint the job resumed from, if any."""
         latest = self.checkpoints.latest() if self.checkpoints is not None else None
         if latest is None:
-            return None
+            if self._savepoint is None:
+                return None
+            self.restored_from = self._savepoint[0]
+            return self._savepoint[1].get((evid.vertex_id, evid.subtask_index))
         self.restored_from = latest.checkpoint_id
         snapshot = latest.snapshots.get(evid)
         return TaskRestore(latest.checkpoint_id, snapshot) if snapshot is not None else None
@@ -638,8 +728,7 @@ class JobMaster(RpcEndpoint):
     def _abort_checkpoints(self, reason: str) -> None:
         if self.checkpoints is not None:
             for aborted in self.checkpoints.abort_pending(reason):
-                self.spawn(self._discard_checkpoint(aborted.checkpoint_id),
-                           f"discard-{aborted.checkpoint_id}")
+                self._checkpoint_aborted(aborted)
 
     async def _restart_after(self, delay: float, token: int) -> None:
         """The restart strategy's backoff, then the restart (a stale token does nothing)."""

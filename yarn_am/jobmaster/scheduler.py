@@ -316,6 +316,7 @@ class Scheduler:
         self._restarts = 0
         self._restart_records: list[RestartRecord] = []
         self._root_cause: str | None = None
+        self._stopping = False  # stop(): a cancellation that ends the job FINISHED
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -408,6 +409,12 @@ class Scheduler:
         if state is _S.FINISHED and self._graph.status is JobStatus.RUNNING:
             commands += self._schedule_ready_regions(now)
         return commands + self._settle(now)
+
+    def stop(self, now: float) -> list[Command]:
+        """The job stops after its savepoint (Flink's stop-with-savepoint): as cancel(),
+        but it ends FINISHED."""
+        self._stopping = True
+        return self.cancel(now)
 
     def cancel(self, now: float) -> list[Command]:
         """The user cancels the job: every task is cancelled, pending restarts are
@@ -756,7 +763,8 @@ class Scheduler:
             commands.append(JobTerminated(JobStatus.FINISHED, None))
         elif status in (JobStatus.FAILING, JobStatus.CANCELLING) and all(
                 s.is_terminal for s in states):
-            final = JobStatus.FAILED if status is JobStatus.FAILING else JobStatus.CANCELED
+            final = JobStatus.FAILED if status is JobStatus.FAILING else (
+                JobStatus.FINISHED if self._stopping else JobStatus.CANCELED)
             self._graph.transition_to(final, now)
             commands.append(JobTerminated(
                 final, self._graph.failure_cause if final is JobStatus.FAILED else None))
