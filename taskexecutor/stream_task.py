@@ -317,7 +317,6 @@ class StreamTask:
                     log.exception("closing operator %s failed", operator.name)
             shutil.rmtree(tmp_dir, ignore_errors=True)
 
-
     # --------------------------------------------------------------- checkpoints
 
     def _take_controls(self) -> None:

@@ -315,11 +315,7 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
     details = target.result(job_id)
     assert details.status == "FINISHED", details.failure_cause
     assert details.restarts >= 2, details.restart_history
-    total = files * lines
-    assert sorted(read(records).column("n").to_pylist()) == list(range(1, total + 1))
-    table = read(counts)
-    assert dict(zip(table.column("k").to_pylist(), table.column("count").to_pylist())) == {
-        k: sum(1 for n in range(1, total + 1) if n % 4 == k) for k in range(4)}
+    assert_each_record_once(records, counts, files * lines)
     return details
 
 
@@ -381,9 +377,13 @@ def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], st
     details = target.result(second)
     assert details.status == "FINISHED", details.failure_cause
     assert details.checkpoints is not None and details.checkpoints.restored_from is not None
-    total = files * lines
+    assert_each_record_once(records, counts, files * lines)
+    return details
+
+
+def assert_each_record_once(records: str, counts: str, total: int) -> None:
+    """The records folder holds 1..total once each, the counts folder the count per key."""
     assert sorted(read(records).column("n").to_pylist()) == list(range(1, total + 1))
     table = read(counts)
     assert dict(zip(table.column("k").to_pylist(), table.column("count").to_pylist())) == {
         k: sum(1 for n in range(1, total + 1) if n % 4 == k) for k in range(4)}
-    return details

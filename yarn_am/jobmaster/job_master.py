@@ -55,7 +55,8 @@ from flinkyarn.rpc.errors import InvalidRequest, NotFound, RemoteError, RpcError
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.checkpoint_coordinator import (Aborted, CheckpointCoordinator,
-                                                       CompletedCheckpoint, NotTriggered)
+                                                       CompletedCheckpoint, NotTriggered,
+                                                       Triggered)
 from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
 from yarn_am.jobmaster.job_output import JobOutput
@@ -416,22 +417,27 @@ class JobMaster(RpcEndpoint):
             if now >= coordinator.next_trigger_time(now):
                 self._trigger_checkpoint(coordinator)
 
-    def _trigger_checkpoint(self, coordinator: CheckpointCoordinator) -> None:
+    def _trigger_checkpoint(self, coordinator: CheckpointCoordinator,
+                            savepoint: bool = False) -> Triggered | NotTriggered:
+        """A checkpoint (or savepoint) of the running tasks, if the coordinator agrees:
+        the source tasks are told to put its barrier into their outputs."""
         vertices = list(self.scheduler.execution_graph.execution_vertices())
         running = all(v.current_execution.state is ExecutionState.RUNNING for v in vertices)
         sources = [v for v in vertices if not v.consumed_partitions]
         result = coordinator.trigger(self._now(), int(time.time() * 1000),
                                      [v.id for v in sources],
-                                     [v.id for v in vertices] if running else None)
+                                     [v.id for v in vertices] if running else None,
+                                     savepoint=savepoint)
         if isinstance(result, NotTriggered):
             log.debug("job %s: no checkpoint now: %s", self.job_id, result.reason)
-            return
+            return result
         for vertex in sources:
             execution = vertex.current_execution
             record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
             self.spawn(self._send_trigger(record, vertex.id, execution.attempt_id,
                                           result.checkpoint_id, result.timestamp),
                        f"trigger-{result.checkpoint_id}-{execution.attempt_id}")
+        return result
 
     async def _send_trigger(self, record: TaskManagerRecord | None, evid: ExecutionVertexID,
                             attempt_id: ExecutionAttemptID, checkpoint_id: int,
@@ -534,26 +540,16 @@ class JobMaster(RpcEndpoint):
                              f"execution.checkpointing.interval takes savepoints)")
         if self._terminating or self.status is not JobStatus.RUNNING:
             raise ValueError(f"job {self.job_id} is {self.status.value}: no savepoint")
-        vertices = list(self.scheduler.execution_graph.execution_vertices())
-        running = all(v.current_execution.state is ExecutionState.RUNNING for v in vertices)
-        sources = [v for v in vertices if not v.consumed_partitions]
-        result = coordinator.trigger(self._now(), int(time.time() * 1000),
-                                     [v.id for v in sources],
-                                     [v.id for v in vertices] if running else None,
-                                     savepoint=True)
+        result = self._trigger_checkpoint(coordinator, savepoint=True)
         if isinstance(result, NotTriggered):
             raise ValueError(f"job {self.job_id}: no savepoint now: {result.reason}")
+        # The triggers are on their way: nothing of them runs before this returns.
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._savepoints[result.checkpoint_id] = done
-        self._savepoint_target[result.checkpoint_id] = target or self.config.checkpoint.savepoint_directory
+        self._savepoint_target[result.checkpoint_id] = (
+            target or self.config.checkpoint.savepoint_directory)
         if stop:
             self._stop_after.add(result.checkpoint_id)
-        for vertex in sources:
-            execution = vertex.current_execution
-            record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
-            self.spawn(self._send_trigger(record, vertex.id, execution.attempt_id,
-                                          result.checkpoint_id, result.timestamp),
-                       f"savepoint-{result.checkpoint_id}-{execution.attempt_id}")
         log.info("job %s: savepoint %d triggered%s", self.job_id, result.checkpoint_id,
                  " (the job stops after it)" if stop else "")
         return await done
