@@ -126,6 +126,9 @@ def test_the_gate_goes_on_with_the_least_watermark_of_its_open_channels(tmp_path
     slow.broadcast_event(Watermark(10))
     wait_for(lambda: marks() == [10], 30, "watermark 10, the least")
     fast.broadcast_event(Watermark(80))
+    fast.emit(0, pa.record_batch({"x": [1]}))  # taken: watermark 80 was taken before it
+    wait_for(lambda: any(isinstance(e, pa.RecordBatch) for _, e in list(reader.events)), 30,
+             "the batch after watermark 80")
     slow.broadcast_event(Watermark(60))
     wait_for(lambda: marks() == [10, 60], 30, "watermark 60")
     slow.finish()  # ended: only the fast one counts from now on
