@@ -94,7 +94,7 @@ def wait(predicate, timeout: float, what: str):
 
 def finished(cluster: LocalCluster, job: str) -> float:
     details = wait(lambda: (d := cluster.rest.job(job)).status in ("FINISHED", "FAILED", "CANCELED")
-                   and d, 900, "the job to end")
+                   and d.end_time is not None and d, 900, "the job to end")
     if details.status != "FINISHED":
         raise SystemExit(f"job {job} {details.status}: {details.failure_cause}")
     return details.end_time - details.start_time
@@ -102,6 +102,9 @@ def finished(cluster: LocalCluster, job: str) -> float:
 
 def throughput(cluster: LocalCluster, work: Path, runs: int) -> dict:
     times: dict[str, list[float]] = {"no checkpoints": [], "every 1 s": []}
+    # A first job warms the cluster up (its TaskExecutor's slots, imports): not measured.
+    finished(cluster, cluster.rest.submit(pipeline(str(work / "warm-up"), ROWS // 10, 16,
+                                                   None).job_graph()))
     for run in range(runs):
         for name, interval in (("no checkpoints", None), ("every 1 s", "1 s")):
             job = cluster.rest.submit(pipeline(str(work / f"tp-{run}-{len(times[name])}-{interval}"),
