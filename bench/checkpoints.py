@@ -51,8 +51,8 @@ BYTES_PER_KEY = 24  # an int64 key, an int64 partial sum, a count: ~ Arrow bytes
 
 
 class Numbers:
-    """ROWS numbers in batches, keys n mod `keys`; then, while `hold` exists, an empty
-    batch every 50 ms (the source idles, and takes checkpoint triggers)."""
+    """`rows` numbers in batches, keys n mod `keys`; then, while `hold` exists, None
+    every 50 ms (the source idles, and takes checkpoint triggers)."""
 
     def __init__(self, rows: int, keys: int, hold: str | None = None) -> None:
         self.rows, self.keys, self.hold = rows, keys, hold
@@ -63,11 +63,9 @@ class Numbers:
             n = pa.array(range(start, min(start + BATCH, self.rows)), pa.int64())
             k = pc.subtract(n, pc.multiply(pc.divide(n, self.keys), self.keys))  # n mod keys
             yield pa.record_batch([n, k], names=["n", "k"])
-        empty = pa.record_batch([pa.array([], pa.int64()), pa.array([], pa.int64())],
-                                names=["n", "k"])
         while self.hold is not None and os.path.exists(self.hold):
             time.sleep(0.05)
-            yield empty
+            yield None  # idle: the task takes checkpoint triggers
 
 
 def pipeline(out: str, rows: int, keys: int, interval: str | None,

@@ -87,12 +87,13 @@ class HeldNumbers:
         self.folder = folder
         self.at_batch = at_batch
 
-    def __call__(self, subtask: int, parallelism: int) -> Iterator[pa.RecordBatch]:
+    def __call__(self, subtask: int, parallelism: int) -> Iterator[pa.RecordBatch | None]:
         for number, batch in enumerate(slow_numbers(subtask, parallelism)):
             if number == self.at_batch:
                 write_text(join(self.folder, f"held-{subtask}"))
                 while not exists(join(self.folder, "harmed")):
                     time.sleep(0.1)
+                    yield None  # held, but its task still takes checkpoint triggers
             yield batch
 
 
@@ -262,9 +263,11 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
     assert details.status == "FINISHED", details.failure_cause
     assert details.restarts >= 1 and victim in (details.root_cause or "")
     assert details.checkpoints is not None and details.checkpoints.restored_from is not None
-    # A finished job's checkpoints are deleted (externalized-checkpoint-retention).
+    # A finished job's checkpoints are deleted (externalized-checkpoint-retention), as
+    # its AppMaster side winds down, just after the job shows FINISHED.
     filesystem, job_folder = resolve(view.directory)
-    assert filesystem.get_file_info(job_folder).type == pafs.FileType.NotFound
+    wait_for(lambda: filesystem.get_file_info(job_folder).type == pafs.FileType.NotFound, 30,
+             "the finished job's checkpoints to be deleted")
     table = read(out)
     assert pc.sum(table.column("n_sum")).as_py() == TOTAL
     assert sorted(table.column("k").to_pylist()) == [0, 1, 2, 3]

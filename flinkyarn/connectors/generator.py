@@ -12,27 +12,36 @@ from flinkyarn.pipeline.operator import SourceOperator
 
 class GeneratorSource(SourceOperator):
     """Each subtask yields what `fn(subtask_index, parallelism)` returns: RecordBatches or
-    Tables, re-cut into batches of at most `context.batch_size` rows. `fn` is called once
-    per attempt, in the task thread; it must be picklable (cloudpickle) and finite.
+    Tables, re-cut into batches of at most `context.batch_size` rows; None says it has
+    nothing for now (while it waits, at least every 100 ms: its task takes checkpoint
+    triggers then). `fn` is called once per attempt, in the task thread; it must be
+    picklable (cloudpickle) and finite.
 
     Its position is its state: how many batches it had emitted at a checkpoint. A
     subtask restored from one generates again and skips that many, so `fn` must give
     the same batches in every attempt (as a replayable source does)."""
 
-    def __init__(self, fn: Callable[[int, int], Iterable[pa.RecordBatch | pa.Table]],
+    def __init__(self, fn: Callable[[int, int], Iterable[pa.RecordBatch | pa.Table | None]],
                  name: str | None = None) -> None:
         self.fn = fn
         self.name = f"Source: {name or 'generator(' + getattr(fn, '__name__', 'fn') + ')'}"
         self._emitted = 0
         self._skip = 0
 
-    def read(self) -> Iterator[pa.RecordBatch]:
-        self._emitted = self._skip
-        for position, batch in enumerate(cap_rows(self._batches(), self.context.batch_size)):
-            if position < self._skip:
+    def read(self) -> Iterator[pa.RecordBatch | None]:
+        self._emitted = position = self._skip
+        skipped = 0
+        for item in self._batches():
+            if item is None:  # the function has nothing for now: the task takes triggers
+                yield None
                 continue
-            self._emitted = position + 1
-            yield batch
+            for batch in cap_rows((item,), self.context.batch_size):
+                if skipped < self._skip:
+                    skipped += 1
+                    continue
+                position += 1
+                self._emitted = position
+                yield batch
 
     def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
         return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
@@ -40,9 +49,9 @@ class GeneratorSource(SourceOperator):
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
         self._skip = self._emitted = state["position"].column("emitted")[0].as_py()
 
-    def _batches(self) -> Iterator[pa.RecordBatch]:
+    def _batches(self) -> Iterator[pa.RecordBatch | None]:
         for item in self.fn(self.context.subtask_index, self.context.parallelism):
-            if isinstance(item, pa.RecordBatch):
+            if item is None or isinstance(item, pa.RecordBatch):
                 yield item
             elif isinstance(item, pa.Table):
                 yield from item.to_batches()

@@ -192,11 +192,12 @@ class Pipeline:
                                parallelism=parallelism, slot_sharing_group=slot_sharing_group,
                                uid=uid, resources=resources)
 
-    def from_generator(self, fn: Callable[[int, int], Iterable[pa.RecordBatch]], *,
+    def from_generator(self, fn: Callable[[int, int], Iterable[pa.RecordBatch | None]], *,
                        name: str | None = None, parallelism: int | None = None,
                        slot_sharing_group: str | None = None, uid: str | None = None,
                        resources: ResourceProfile | None = None) -> DataStream:
-        """Batches made by fn(subtask_index, parallelism), in each subtask."""
+        """Batches made by fn(subtask_index, parallelism), in each subtask (None: nothing
+        for now; see flinkyarn.connectors.generator)."""
         _check_callable("from_generator", fn, 2)
         self._check_open("from_generator")
         from flinkyarn.connectors.generator import GeneratorSource

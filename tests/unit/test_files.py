@@ -400,3 +400,21 @@ def test_a_watched_folder_needs_a_positive_interval_and_until_files_needs_one():
         TextSource("/x", monitor_interval=0)
     with pytest.raises(ValueError, match="until_files .* goes with monitor_interval"):
         TextSource("/x", until_files=2)
+
+
+def test_a_generator_may_say_it_has_nothing_for_now_and_that_is_no_position():
+    def idling(subtask, parallelism):
+        yield pa.record_batch({"n": [1]})
+        yield None
+        yield None
+        yield pa.record_batch({"n": [2]})
+
+    first = GeneratorSource(idling)
+    first.open(FakeContext())
+    items = first.read()
+    assert [next(items).column("n").to_pylist(), next(items), next(items)] == [[1], None, None]
+    state = first.snapshot_state(1)
+    again = GeneratorSource(idling)
+    again.open(FakeContext())
+    again.initialize_state(state)
+    assert [b.column("n").to_pylist() for b in again.read() if b is not None] == [[2]]
