@@ -45,9 +45,9 @@ from yarn_client.local_cluster import LocalCluster  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-ROWS = 4_000_000
+ROWS = 60_000_000
 BATCH = 50_000
-BYTES_PER_KEY = 24  # an int64 key, an int64 partial sum, a count: ~ Arrow bytes per row
+BYTES_PER_KEY = 16  # an int64 key and an int64 partial sum: Arrow IPC bytes per key
 
 
 class Numbers:
