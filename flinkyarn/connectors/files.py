@@ -66,6 +66,34 @@ _FORMAT_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeErro
 Split = tuple[Any, ...]
 
 
+class Position:
+    """A replayable source's place, its checkpointed state: how many batches it emitted.
+    Restored, it reads its input again and skips that many."""
+
+    def __init__(self) -> None:
+        self.emitted = 0
+        self._skip = 0
+
+    def replay(self, items: Iterable[pa.RecordBatch | None]) -> Iterator[pa.RecordBatch | None]:
+        """`items` past the restored position, counting them (None passes: no position)."""
+        self.emitted = self._skip
+        seen = 0
+        for item in items:
+            if item is None:
+                yield None
+                continue
+            seen += 1
+            if seen > self._skip:
+                self.emitted = seen
+                yield item
+
+    def state(self) -> dict[str, pa.Table]:
+        return {"position": pa.table({"emitted": pa.array([self.emitted], pa.int64())})}
+
+    def restore(self, state: Mapping[str, pa.Table]) -> None:
+        self._skip = self.emitted = state["position"].column("emitted")[0].as_py()
+
+
 class FileFormatError(ValueError):
     """A file is not valid for the format it is read as."""
 
@@ -111,32 +139,20 @@ class FileSource(SourceOperator):
                              f"monitor_interval")
         self.monitor_interval = monitor_interval
         self.until_files = until_files
-        self._emitted = self._skip = 0            # bounded: batches emitted, to skip
+        self._position = Position()                # bounded
         self._done: set[str] = set()               # continuous: files read
         self._current: tuple[str, int] | None = None  # ... and (file, batches) under way
 
-    @property
-    def unbounded(self) -> bool:
-        return self.monitor_interval is not None and self.until_files is None
-
     def read(self) -> Iterator[pa.RecordBatch | None]:
         if self.monitor_interval is None:
-            return self._read_once()
+            return self._position.replay(self._read_once())
         return self._read_continuously(self.monitor_interval)
 
     def _read_once(self) -> Iterator[pa.RecordBatch]:
         fs, root = filesystems.resolve(self.path)
         splits = self.splits(fs, filesystems.list_files(fs, root))
-        self._emitted = position = self._skip
-        skipped = 0
         for split in splits[self.context.subtask_index::self.context.parallelism]:
-            for batch in self._batches_of(fs, split):
-                if skipped < self._skip:
-                    skipped += 1
-                    continue
-                position += 1
-                self._emitted = position
-                yield batch
+            yield from self._batches_of(fs, split)
 
     def _read_continuously(self, interval: float) -> Iterator[pa.RecordBatch | None]:
         fs, root = filesystems.resolve(self.path)
@@ -183,14 +199,14 @@ class FileSource(SourceOperator):
 
     def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
         if self.monitor_interval is None:
-            return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
+            return self._position.state()
         file, batches = self._current or ("", 0)
         return {"files": pa.table({"file": pa.array(sorted(self._done), pa.string())}),
                 "current": pa.table({"file": [file], "batches": pa.array([batches], pa.int64())})}
 
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
         if "position" in state:
-            self._skip = self._emitted = state["position"].column("emitted")[0].as_py()
+            self._position.restore(state)
         if "files" in state:
             self._done = set(state["files"].column("file").to_pylist())
         if "current" in state:

@@ -6,7 +6,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
-from flinkyarn.connectors.files import cap_rows
+from flinkyarn.connectors.files import Position, cap_rows
 from flinkyarn.pipeline.operator import SourceOperator
 
 
@@ -25,29 +25,23 @@ class GeneratorSource(SourceOperator):
                  name: str | None = None) -> None:
         self.fn = fn
         self.name = f"Source: {name or 'generator(' + getattr(fn, '__name__', 'fn') + ')'}"
-        self._emitted = 0
-        self._skip = 0
+        self._position = Position()
 
     def read(self) -> Iterator[pa.RecordBatch | None]:
-        self._emitted = position = self._skip
-        skipped = 0
+        return self._position.replay(self._capped())
+
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
+        return self._position.state()
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        self._position.restore(state)
+
+    def _capped(self) -> Iterator[pa.RecordBatch | None]:
         for item in self._batches():
             if item is None:  # the function has nothing for now: the task takes triggers
                 yield None
-                continue
-            for batch in cap_rows((item,), self.context.batch_size):
-                if skipped < self._skip:
-                    skipped += 1
-                    continue
-                position += 1
-                self._emitted = position
-                yield batch
-
-    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
-        return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
-
-    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
-        self._skip = self._emitted = state["position"].column("emitted")[0].as_py()
+            else:
+                yield from cap_rows((item,), self.context.batch_size)
 
     def _batches(self) -> Iterator[pa.RecordBatch | None]:
         for item in self.fn(self.context.subtask_index, self.context.parallelism):

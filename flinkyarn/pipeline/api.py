@@ -147,7 +147,7 @@ class Pipeline:
         see flinkyarn.connectors.files.FileSource)."""
         path = _check_path("read_text", path)
         self._check_open("read_text")
-        interval = _interval("read_text", monitor_interval)
+        interval = _seconds("read_text", "monitor_interval", monitor_interval)
         if interval is not None and self.batch_mode:
             raise ValueError(f"read_text({path!r}): a watched folder (monitor_interval) is "
                              f"an unbounded source; pipeline {self.name!r} is in batch mode")
@@ -693,10 +693,6 @@ def _file_sink(what: str, sink_class: type[FileSink], path: str, mode: str) -> O
         return sink_class(path, mode=output_mode(mode))
     except ValueError as error:
         raise ValueError(f"{what}: {error}") from None
-
-
-def _interval(what: str, value: float | str | None) -> float | None:
-    return _seconds(what, "monitor_interval", value)
 
 
 def _seconds(what: str, setting: str, value: float | str | None) -> float | None:

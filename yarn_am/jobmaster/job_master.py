@@ -140,9 +140,7 @@ class JobMaster(RpcEndpoint):
         self._checkpoint_dir = ""
         self.restored_from: int | None = None  # the checkpoint the latest deployment started from
         self._savepoint = savepoint
-        self._savepoints: dict[int, asyncio.Future[str]] = {}  # id -> the savepoint's folder
-        self._stop_after: set[int] = set()  # savepoints after which the job stops
-        self._savepoint_target: dict[int, str] = {}  # id -> the folder it goes to
+        self._savepoints: dict[int, _SavepointRequest] = {}  # by checkpoint id
         self._completing: set[asyncio.Task] = set()  # checkpoints whose metadata is being written
         if config.checkpoint.enabled:
             if is_streaming(job_graph):
@@ -544,50 +542,42 @@ class JobMaster(RpcEndpoint):
         if isinstance(result, NotTriggered):
             raise ValueError(f"job {self.job_id}: no savepoint now: {result.reason}")
         # The triggers are on their way: nothing of them runs before this returns.
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._savepoints[result.checkpoint_id] = done
-        self._savepoint_target[result.checkpoint_id] = (
-            target or self.config.checkpoint.savepoint_directory)
-        if stop:
-            self._stop_after.add(result.checkpoint_id)
+        request = _SavepointRequest(asyncio.get_running_loop().create_future(),
+                                    target or self.config.checkpoint.savepoint_directory, stop)
+        self._savepoints[result.checkpoint_id] = request
         log.info("job %s: savepoint %d triggered%s", self.job_id, result.checkpoint_id,
                  " (the job stops after it)" if stop else "")
-        return await done
+        return await request.done
 
     async def _complete_savepoint(self, completed: CompletedCheckpoint,
                                   metadata: CheckpointMetadata) -> None:
-        done = self._savepoints.pop(completed.checkpoint_id, None)
-        target = self._savepoint_target.pop(completed.checkpoint_id, "")
+        request = self._savepoints.pop(completed.checkpoint_id, None)
         try:
             folder = await self.run_blocking(checkpoints.write_savepoint, self._checkpoint_dir,
-                                              metadata, target)
+                                              metadata, request.target if request else "")
         except Exception as error:
             log.warning("job %s: savepoint %d could not be written: %s", self.job_id,
                         completed.checkpoint_id, error)
-            self._stop_after.discard(completed.checkpoint_id)
-            if done is not None and not done.done():
-                done.set_exception(RuntimeError(f"the savepoint could not be written: "
-                                                f"{type(error).__name__}: {error}"))
+            if request is not None:
+                request.fail(f"the savepoint could not be written: "
+                             f"{type(error).__name__}: {error}")
             return
         log.info("job %s: savepoint %d written to %s", self.job_id, completed.checkpoint_id, folder)
         if not self._terminating:
             self._confirm(completed.checkpoint_id)
-        if completed.checkpoint_id in self._stop_after and not self._terminating:
-            self._stop_after.discard(completed.checkpoint_id)
-            log.info("job %s stops after its savepoint", self.job_id)
-            self._run_scheduler(self.scheduler.stop(self._now()))
-        if done is not None and not done.done():
-            done.set_result(folder)
+            if request is not None and request.stop:
+                log.info("job %s stops after its savepoint", self.job_id)
+                self._run_scheduler(self.scheduler.stop(self._now()))
+        if request is not None and not request.done.done():
+            request.done.set_result(folder)
 
     def _checkpoint_aborted(self, aborted: Aborted) -> None:
         log.log(logging.WARNING if aborted.counted else logging.INFO,
                 "job %s: checkpoint %d aborted: %s", self.job_id, aborted.checkpoint_id,
                 aborted.reason)
-        done = self._savepoints.pop(aborted.checkpoint_id, None)
-        self._savepoint_target.pop(aborted.checkpoint_id, None)
-        self._stop_after.discard(aborted.checkpoint_id)
-        if done is not None and not done.done():
-            done.set_exception(RuntimeError(f"the savepoint was aborted: {aborted.reason}"))
+        request = self._savepoints.pop(aborted.checkpoint_id, None)
+        if request is not None:
+            request.fail(f"the savepoint was aborted: {aborted.reason}")
         self.spawn(self._discard_checkpoint(aborted.checkpoint_id), f"discard-{aborted.checkpoint_id}")
         coordinator = self.checkpoints
         if coordinator is not None and coordinator.must_fail_over is not None:
@@ -836,6 +826,20 @@ class JobMaster(RpcEndpoint):
         self._on_terminated(JobResult(self.job_id, self.job_graph.name, status, cause,
                                       self.start_time, self.end_time))
         self.stop()
+
+
+@dataclass
+class _SavepointRequest:
+    """A savepoint the user waits for: `done` gets its folder; it goes to `target`; with
+    `stop`, the job stops once it is written."""
+
+    done: asyncio.Future[str]
+    target: str
+    stop: bool
+
+    def fail(self, cause: str) -> None:
+        if not self.done.done():
+            self.done.set_exception(RuntimeError(cause))
 
 
 def is_streaming(graph: JobGraph) -> bool:
