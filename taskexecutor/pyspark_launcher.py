@@ -8,7 +8,8 @@ a container's process group, and the driver has a group of its own so that cance
 it cannot hit the TaskExecutor), then runs SCRIPT as `python SCRIPT ARGS` would:
 `__main__`, `sys.argv == [SCRIPT, *ARGS]`, the script's folder first on `sys.path`, and
 the exit status of `sys.exit()` or of an uncaught exception (1, traceback on stderr).
-Standard library only: nothing here may slow the script's start.
+Standard library only: nothing here may slow the script's start (but a driver on YARN
+imports pyspark's context first, which its script does anyway: see `survive_ui_race`).
 
 With --warm (a warm driver, taskexecutor/warm_drivers.py), pyspark's JVM starts first
 (PYSPARK_SUBMIT_ARGS as for any driver) and is warmed up by a SparkSession that is
@@ -23,10 +24,15 @@ import json
 import os
 import runpy
 import select
+import shlex
 import signal
 import sys
 
 SCRIPT_STARTS = "\x1eflinkyarn: the script starts\n"
+# Spark's YARN AM asks the driver to put this filter on its web UI while the driver
+# starts the UI's handlers (SparkContext's attachAllHandlers, unsynchronized with the
+# request): a handler that starts between the filter and its mapping fails the context.
+UI_FILTER_RACE = "No filter named org.apache.spark.deploy.yarn.AmIpFilter"
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -44,6 +50,34 @@ def run_script(script: str, args: list[str]) -> None:
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
+
+
+def on_yarn(submit_args: str) -> bool:
+    args = shlex.split(submit_args)
+    return any(a == "--master" and b == "yarn" for a, b in zip(args, args[1:]))
+
+
+def survive_ui_race(attempts: int = 3) -> None:
+    """Makes a SparkContext whose JVM side lost Spark's web-UI filter race
+    (UI_FILTER_RACE) start again, up to `attempts` times in all: the failed context
+    has stopped itself (its YARN application too) before the error reaches Python,
+    and nothing of the script's ran in between."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.core.context import SparkContext
+
+    initialize = SparkContext._initialize_context
+
+    def _initialize_context(self, jconf):
+        for attempt in range(1, attempts + 1):
+            try:
+                return initialize(self, jconf)
+            except Py4JJavaError as error:
+                if attempt == attempts or UI_FILTER_RACE not in str(error.java_exception):
+                    raise
+                print(f"flinkyarn: the SparkContext lost Spark's web-UI filter race "
+                      f"({UI_FILTER_RACE}); starting it again", file=sys.stderr, flush=True)
+
+    SparkContext._initialize_context = _initialize_context
 
 
 def script_waiting() -> bool:
@@ -99,6 +133,8 @@ def main() -> None:
     if script == "--warm":
         warm()
     else:
+        if on_yarn(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
+            survive_ui_race()
         run_script(script, args)
 
 

@@ -233,3 +233,55 @@ def test_spark_submit_options_that_do_not_hold_are_named(tmp_path, args, message
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "never" not in result.stdout
+
+
+RACING_DRIVER = r"""
+import sys
+from py4j.protocol import Py4JJavaError
+from pyspark import SparkConf, SparkContext
+from taskexecutor import pyspark_launcher
+
+lost = iter(sys.argv[1:])  # what each JVM context start throws first, then real starts
+real = SparkContext._initialize_context
+
+def initialize(self, jconf):
+    message = next(lost, None)
+    if message is not None:  # a real Java exception through py4j, as Spark's would come
+        self._jvm.java.util.Objects.requireNonNull(None, message)
+    return real(self, jconf)
+
+SparkContext._initialize_context = initialize
+pyspark_launcher.survive_ui_race(attempts=3)
+try:
+    sc = SparkContext(conf=SparkConf().setMaster("local[1]").setAppName("race"))
+except Py4JJavaError as error:
+    print("failed:", str(error.java_exception))
+    sys.exit(3)
+print("sum", sc.parallelize(range(10)).sum())
+sc.stop()
+"""
+
+
+@pytest.mark.parametrize("lost, started", [
+    (["No filter named org.apache.spark.deploy.yarn.AmIpFilter"] * 2, True),
+    (["No filter named org.apache.spark.deploy.yarn.AmIpFilter"] * 3, False),  # attempts
+    (["some other start failure"], False),  # only Spark's UI race is retried
+])
+def test_a_driver_on_yarn_starts_its_context_again_when_it_loses_sparks_ui_filter_race(
+        tmp_path, lost, started):
+    """Spark on YARN (client mode): the AM's AddWebUIFilter may reach the driver while its
+    UI handlers start, failing the SparkContext with "No filter named ...AmIpFilter" (seen
+    in CI). The launcher starts the context again; other failures stay failures."""
+    script = tmp_path / "racing.py"
+    script.write_text(RACING_DRIVER)
+    done = subprocess.run([sys.executable, str(script), *lost], cwd=REPO, capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)})
+    retries = done.stderr.count("lost Spark's web-UI filter race")
+    if started:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "sum 45" in done.stdout
+        assert retries == len(lost)
+    else:
+        assert done.returncode == 3, done.stderr[-3000:]
+        assert f"failed: java.lang.NullPointerException: {lost[-1]}" in done.stdout
+        assert retries == (2 if len(lost) == 3 else 0)

@@ -14,8 +14,9 @@ from flinkyarn import hadoop, retry
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
+from taskexecutor import pyspark_launcher
 from taskexecutor.pyspark_driver import (PySparkDriver, _group_alive, last_traceback,
-                                          log4j2_properties, proxied)
+                                          log4j2_properties, proxied, submit_args)
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
 from yarn_client.spark_submit import (SparkSubmitError, SparkSubmitOptions, master, memory_mib,
@@ -177,3 +178,12 @@ def test_a_driver_group_of_zombies_has_ended():
         running.wait()
         ended.wait()
     assert not _group_alive(ended.pid) and not _group_alive(running.pid)
+
+
+@pytest.mark.parametrize("master, on_yarn", [("yarn", True), ("local", False),
+                                              ("spark://host:7077", False)])
+def test_the_launcher_guards_only_drivers_on_yarn_against_sparks_ui_race(master, on_yarn):
+    """The driver's PYSPARK_SUBMIT_ARGS tell the launcher whether Spark's YARN AM will
+    race the UI (tests/local/test_pyspark_scripts.py has the race itself)."""
+    args = submit_args(Configuration({}), PySparkSettings(master=master), {"spark.app.name": "yarn"})
+    assert pyspark_launcher.on_yarn(args) is on_yarn
