@@ -16,6 +16,14 @@ or the JobGraph builder's hash), named Arrow tables: an operator's `snapshot_sta
 A savepoint is a completed checkpoint the user asked for, copied to a folder of its own
 (`<target>/savepoint-<job>-<n>/`, with its `_metadata`), which outlives the job:
 `restores_from` maps it onto a job that resumes from it.
+
+Rescaling. Each named state says how it is shared out when its operator resumes at
+another parallelism (a `Redistribution`, in the metadata): keyed state by key group
+(flinkyarn/key_groups.py), the rest as Flink shares operator state (every subtask gets
+all of it, or rows go by the subtask they belong to); state that cannot be shared out
+(a bounded source's position) pins its operator's parallelism. The JobMaster hands each
+new subtask every old subtask's files of such an operator (`RescaledState`) and the
+task keeps its share (`redistribute`).
 """
 
 from __future__ import annotations
@@ -26,27 +34,44 @@ import uuid
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
+from flinkyarn import key_groups
 from flinkyarn.connectors import filesystems
+from flinkyarn.key_groups import (BY_SUBTASK, DEFAULT_MAX_PARALLELISM, FIXED, KEYED, UNION,
+                                  Redistribution)
 
 METADATA = "_metadata"
 
 
 class TaskStateSnapshot(msgspec.Struct, frozen=True):
     """A task's state in one checkpoint: per operator id, the files of its named states
-    (name -> path); `size` in bytes. Empty for a task without state."""
+    (name -> path), and how each is shared out (name -> Redistribution; FIXED when
+    missing); `size` in bytes. Empty for a task without state."""
 
     operators: dict[str, dict[str, str]] = {}
     size: int = 0
+    redistribution: dict[str, dict[str, Redistribution]] = {}
+
+
+class RescaledState(msgspec.Struct, frozen=True):
+    """An operator's state in a checkpoint taken at another parallelism: every old
+    subtask's files (old index -> name -> path), and how each name is shared out."""
+
+    parallelism: int
+    subtasks: dict[int, dict[str, str]]
+    redistribution: dict[str, Redistribution]
 
 
 class TaskRestore(msgspec.Struct, frozen=True):
-    """What a task restarts from: its subtask's state in checkpoint `checkpoint_id`."""
+    """What a task restarts from: its subtask's state in checkpoint `checkpoint_id`, and,
+    for the operators whose parallelism changed since, their `rescaled` state."""
 
     checkpoint_id: int
     snapshot: TaskStateSnapshot
+    rescaled: dict[str, RescaledState] = {}
 
 
 class SubtaskState(msgspec.Struct, frozen=True):
@@ -63,6 +88,7 @@ class CheckpointMetadata(msgspec.Struct, frozen=True):
     checkpoint_id: int
     timestamp: int
     tasks: list[SubtaskState]
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM  # the job's key groups
 
     def restore_for(self, vertex_id: str, subtask_index: int) -> TaskRestore | None:
         for task in self.tasks:
@@ -192,9 +218,11 @@ def write_savepoint(job_dir: str, metadata: CheckpointMetadata, target: str) -> 
                                 destination_filesystem=target_fs)
                 operators[operator_id][name] = copied
         tasks.append(SubtaskState(task.vertex_id, task.subtask_index,
-                                  TaskStateSnapshot(operators, task.snapshot.size),
+                                  TaskStateSnapshot(operators, task.snapshot.size,
+                                                    task.snapshot.redistribution),
                                   task.parallelism))
-    saved = CheckpointMetadata(metadata.job_id, metadata.checkpoint_id, metadata.timestamp, tasks)
+    saved = CheckpointMetadata(metadata.job_id, metadata.checkpoint_id, metadata.timestamp, tasks,
+                               metadata.max_parallelism)
     temporary = f"{target_root}/.{METADATA}-{uuid.uuid4().hex[:8]}"
     with target_fs.open_output_stream(temporary) as out:
         out.write(msgspec.json.encode(saved))
@@ -209,30 +237,87 @@ def restores_from(metadata: CheckpointMetadata,
     """What each subtask of a job starts from when it resumes from a savepoint (or an
     external checkpoint): `vertices` are the job's (vertex id, parallelism, operator ids
     of its chain). State goes by operator id, so a changed chain keeps its operators'
-    state. ValueError naming the operator for state no operator of the job claims
-    (unless `allow_non_restored_state`), and for an operator whose parallelism changed
-    (rescaling a savepoint is not supported yet)."""
+    state; an operator whose parallelism changed gets every old subtask's state in each
+    new subtask (RescaledState), which keeps its share. ValueError naming the operator
+    for state no operator of the job claims (unless `allow_non_restored_state`), and for
+    a changed parallelism of an operator with state that cannot be shared out."""
     owner = {op: (vertex_id, parallelism) for vertex_id, parallelism, ops in vertices
              for op in ops}
-    saved_parallelism = {op: task.parallelism for task in metadata.tasks
-                         for op in task.snapshot.operators}
-    gathered: dict[tuple[str, int], dict[str, dict[str, str]]] = {}
-    size: dict[tuple[str, int], int] = {}
+    saved: dict[str, list[SubtaskState]] = {}
     for task in metadata.tasks:
-        for op, files in task.snapshot.operators.items():
-            if op not in owner:
-                if allow_non_restored_state:
+        for op in task.snapshot.operators:
+            saved.setdefault(op, []).append(task)
+    gathered: dict[tuple[str, int], dict[str, dict[str, str]]] = {}
+    shapes: dict[tuple[str, int], dict[str, dict[str, Redistribution]]] = {}
+    rescaled: dict[tuple[str, int], dict[str, RescaledState]] = {}
+    size: dict[tuple[str, int], int] = {}
+    for op, tasks in saved.items():
+        if op not in owner:
+            if allow_non_restored_state:
+                continue
+            raise ValueError(f"the savepoint has state of operator {op}, which this job "
+                             f"does not have (give each operator a stable uid; "
+                             f"--allow-non-restored-state drops such state)")
+        vertex_id, parallelism = owner[op]
+        before = tasks[0].parallelism
+        if parallelism == before:
+            for task in tasks:
+                key = (vertex_id, task.subtask_index)
+                gathered.setdefault(key, {})[op] = task.snapshot.operators[op]
+                shapes.setdefault(key, {})[op] = task.snapshot.redistribution.get(op, {})
+                size[key] = size.get(key, 0) + task.snapshot.size
+            continue
+        kinds = tasks[0].snapshot.redistribution.get(op, {})
+        pinned = sorted(name for name in tasks[0].snapshot.operators[op]
+                        if kinds.get(name, Redistribution()).kind == FIXED)
+        if pinned:
+            raise ValueError(f"operator {op} ran with parallelism {before} in the savepoint "
+                             f"and has {parallelism} now, but its state {', '.join(pinned)} "
+                             f"cannot be shared out at another parallelism (a bounded "
+                             f"source's position): resume it at parallelism {before}")
+        state = RescaledState(before, {t.subtask_index: t.snapshot.operators[op] for t in tasks},
+                              kinds)
+        share = sum(t.snapshot.size for t in tasks) // parallelism
+        for index in range(parallelism):
+            key = (vertex_id, index)
+            rescaled.setdefault(key, {})[op] = state
+            size[key] = size.get(key, 0) + share
+    return {key: TaskRestore(metadata.checkpoint_id,
+                             TaskStateSnapshot(gathered.get(key, {}), size[key],
+                                               shapes.get(key, {})),
+                             rescaled.get(key, {}))
+            for key in size}
+
+
+def redistribute(state: RescaledState, max_parallelism: int, parallelism: int,
+                 index: int) -> dict[str, pa.Table]:
+    """Subtask `index` of `parallelism`'s share of an operator's rescaled state, read from
+    the old subtasks' files: per name, its rows (see Redistribution); keyed state only
+    from the old subtasks whose key groups overlap its own."""
+    mine = key_groups.key_group_range(max_parallelism, parallelism, index)
+    shares: dict[str, pa.Table] = {}
+    names = dict.fromkeys(name for files in state.subtasks.values() for name in files)
+    for name in names:
+        how = state.redistribution.get(name, Redistribution())
+        tables = []
+        for old, files in sorted(state.subtasks.items()):
+            if name not in files:
+                continue
+            if how.kind == KEYED:
+                theirs = key_groups.key_group_range(max_parallelism, state.parallelism, old)
+                if theirs.stop <= mine.start or mine.stop <= theirs.start:
                     continue
-                raise ValueError(f"the savepoint has state of operator {op}, which this job "
-                                 f"does not have (give each operator a stable uid; "
-                                 f"--allow-non-restored-state drops such state)")
-            vertex_id, parallelism = owner[op]
-            if parallelism != saved_parallelism[op]:
-                raise ValueError(f"operator {op} ran with parallelism {saved_parallelism[op]} "
-                                 f"in the savepoint and has {parallelism} now: rescaling "
-                                 f"from a savepoint is not supported yet")
-            key = (vertex_id, task.subtask_index)
-            gathered.setdefault(key, {})[op] = files
-            size[key] = size.get(key, 0) + task.snapshot.size
-    return {key: TaskRestore(metadata.checkpoint_id, TaskStateSnapshot(ops, size[key]))
-            for key, ops in gathered.items()}
+            tables.append(read_state(files[name]))
+        if not tables:
+            continue
+        table = pa.concat_tables(tables, promote_options="permissive")
+        if how.kind == KEYED:
+            groups = key_groups.key_groups(table, how.key_columns, max_parallelism)
+            table = table.filter(pa.array((groups >= mine.start) & (groups < mine.stop)))
+        elif how.kind == BY_SUBTASK:
+            owners = pc.cast(table.column("subtask"), pa.int64()).to_numpy(zero_copy_only=False)
+            table = table.filter(pa.array(owners % parallelism == index))
+        elif how.kind != UNION:
+            raise ValueError(f"state {name!r} cannot be shared out at another parallelism")
+        shares[name] = table
+    return shares

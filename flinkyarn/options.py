@@ -135,8 +135,10 @@ IO_TMP_DIRS = option(
 MAX_PARALLELISM_UPPER_BOUND = 32768  # Flink's: a job's key groups are numbered in 15 bits
 PIPELINE_MAX_PARALLELISM = option(
     "pipeline.max-parallelism", integer(-1, MAX_PARALLELISM_UPPER_BOUND), "-1",
-    f"The largest parallelism a vertex of a job may have, checked when the job is submitted; "
-    f"-1: {MAX_PARALLELISM_UPPER_BOUND}, the upper bound.")
+    "A job's number of key groups (flinkyarn/key_groups.py), the largest parallelism a "
+    "vertex may have and may be rescaled to from a savepoint, checked when the job is "
+    "submitted; -1: the savepoint's the job resumes from, else Flink's default, 1.5 times "
+    "the widest vertex's parallelism rounded up to a power of two, at least 128.")
 PIPELINE_BATCH_SIZE = option(
     "pipeline.batch-size", integer(1), "65536",
     "Most rows per Arrow record batch that sources and operators emit.")
@@ -533,7 +535,8 @@ def check_cluster_options(conf: Configuration) -> None:
 
 
 def max_parallelism(conf: Configuration) -> int:
-    """pipeline.max-parallelism, -1 resolved; ConfigurationError for 0."""
+    """pipeline.max-parallelism as a bound on parallelism (-1: the upper bound; a job's
+    key groups: flinkyarn.key_groups.resolve_max_parallelism); ConfigurationError for 0."""
     most = conf.get(PIPELINE_MAX_PARALLELISM)
     if most == 0:
         raise ConfigurationError(f"option {PIPELINE_MAX_PARALLELISM.key!r} must be -1 or at "

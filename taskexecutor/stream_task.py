@@ -30,7 +30,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from flinkyarn import checkpoints, retry
-from flinkyarn.checkpoints import TaskStateSnapshot
+from flinkyarn.checkpoints import Redistribution, TaskStateSnapshot
 from flinkyarn.gateways.job_master import PartitionLocation, PartitionLocationState
 from flinkyarn.gateways.task_executor import ConsumedPartition
 from flinkyarn.pipeline.operator import MAX_WATERMARK, Operator, SourceOperator, Watermark
@@ -164,7 +164,7 @@ class StreamTask:
             self.partitions.append(partition)
             self._routes.append((partition, make_partitioner(
                 output.partitioner, p.number_of_subpartitions, output.key_columns,
-                d.subtask_index)))
+                d.subtask_index, d.max_parallelism)))
 
     def _open_inputs(self) -> None:
         consumed = self.task.deployment.consumed_partitions
@@ -351,6 +351,7 @@ class StreamTask:
     def _snapshot(self, checkpoint_id: int) -> TaskStateSnapshot:
         deployment = self.task.deployment
         written: dict[str, dict[str, str]] = {}
+        shapes: dict[str, dict[str, Redistribution]] = {}
         size = 0
         for operator, operator_id in zip(self.operators, self.spec.operator_ids):
             state = _named(operator, "snapshot_state", checkpoint_id)
@@ -365,7 +366,9 @@ class StreamTask:
                     deployment.subtask_index, deployment.attempt_id, name, table)
                 size += bytes_written
             written[operator_id] = files
-        return TaskStateSnapshot(written, size)
+            shapes[operator_id] = {name: _named(operator, "state_redistribution", name)
+                                   for name in state}
+        return TaskStateSnapshot(written, size, shapes)
 
     def _decline(self, checkpoint_id: int, reason: str) -> None:
         if self.task.checkpoints is not None:
@@ -376,10 +379,20 @@ class StreamTask:
         restore = self.task.deployment.restore
         if restore is None:
             return
+        d = self.task.deployment
         for operator, operator_id in zip(self.operators, self.spec.operator_ids):
             files = restore.snapshot.operators.get(operator_id)
+            rescaled = restore.rescaled.get(operator_id)
             if files:
                 state = {name: checkpoints.read_state(path) for name, path in files.items()}
+            elif rescaled is not None:  # its share of every old subtask's state
+                state = checkpoints.redistribute(rescaled, d.max_parallelism, d.parallelism,
+                                                 d.subtask_index)
+                log.info("%s: %s's state redistributed from parallelism %d", self.task.task_name,
+                         operator.name, rescaled.parallelism)
+            else:
+                continue
+            if state:
                 _named(operator, "initialize_state", state)
         log.info("%s restored from checkpoint %d", self.task.task_name, restore.checkpoint_id)
 

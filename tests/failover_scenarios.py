@@ -337,12 +337,15 @@ def watched_counting(feed: str, records: str, counts: str, files: int, paralleli
 
 
 def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], str],
-                                   files: int = 8, lines: int = 25) -> JobDetails:
+                                   files: int = 8, lines: int = 25,
+                                   parallelism: tuple[int, int] = (2, 3)) -> JobDetails:
     """Half the files, then `stop(job, folder)` stops the job with a savepoint and
-    returns its folder: the job ends FINISHED. A job of the same program resumes from the
-    savepoint into the same folders and reads the rest: every record once, the counts
-    over all of them. A job that lost an operator is refused unless it allows
-    non-restored state; one whose parallelism changed is refused."""
+    returns its folder: the job ends FINISHED. A job of the same program, at the second
+    `parallelism`, resumes from the savepoint into the same folders and reads the rest:
+    every record once, the counts over all of them (the keyed counts went to their key
+    groups' new subtasks, the sink's pending files and numbering to theirs, every reader
+    knows the files read). A job that lost an operator is refused unless it allows
+    non-restored state."""
     run = jobs.join(target.scratch, f"savepoint-{uuid.uuid4().hex[:8]}")
     feed, records, counts = (jobs.join(run, name) for name in ("feed", "records", "counts"))
     jobs.make_folder(feed)
@@ -352,7 +355,8 @@ def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], st
         jobs.publish(feed, f"{number:04d}.txt",
                      "".join(f"{n}\n" for n in range(first, first + lines)))
 
-    first = target.submit(watched_counting(feed, records, counts, files))
+    before, after = parallelism
+    first = target.submit(watched_counting(feed, records, counts, files, before))
     for number in range(files // 2):
         put(number)
     wait_for(lambda: (v := target.rest.job(first).checkpoints) and v.completed >= 2, 120,
@@ -367,14 +371,11 @@ def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], st
             **graph.configuration, "execution.savepoint.path": location,
             "execution.savepoint.ignore-unclaimed-state": str(allow).lower()})
 
-    without_counts = watched_counting(feed, records, counts, files, with_counts=False)
+    without_counts = watched_counting(feed, records, counts, files, after, with_counts=False)
     with pytest.raises(RestError, match="state of operator .* which this job does not have"):
         target.rest.submit(resumed(without_counts))
-    wider = watched_counting(feed, records, counts, files, parallelism=3)
-    with pytest.raises(RestError, match="rescaling from a savepoint is not supported yet"):
-        target.rest.submit(resumed(wider))
 
-    second = target.rest.submit(resumed(watched_counting(feed, records, counts, files)))
+    second = target.rest.submit(resumed(watched_counting(feed, records, counts, files, after)))
     for number in range(files // 2, files):
         put(number)
     details = target.result(second)

@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from flinkyarn import checkpoints, options, retry
-from flinkyarn.checkpoints import TaskRestore
+from flinkyarn import checkpoints, key_groups, options, retry
 from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.failures import failure_cause
@@ -37,7 +36,7 @@ from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import InvalidRequest, NotFound
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster.execution_graph import JobStatus
-from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
+from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult, Resume
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.jobmaster.scheduler import slots_at_once_from
 from yarn_am.resourcemanager.resource_manager import ResourceManager
@@ -110,10 +109,9 @@ class Dispatcher(RpcEndpoint):
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
         return JobSubmitted(graph.job_id)
 
-    async def _savepoint_of(self, graph: JobGraph, config: JobMasterConfig
-                            ) -> tuple[int, dict[tuple[str, int], TaskRestore]] | None:
-        """What the job resumes from (execution.savepoint.path): the savepoint's id and
-        each subtask's state; ValueError (the submission is refused) when it cannot."""
+    async def _savepoint_of(self, graph: JobGraph, config: JobMasterConfig) -> Resume | None:
+        """What the job resumes from (execution.savepoint.path); ValueError (the
+        submission is refused) when it cannot."""
         path = config.checkpoint.restore_path
         if not path:
             return None
@@ -124,11 +122,14 @@ class Dispatcher(RpcEndpoint):
         vertices = [(str(v.id), v.parallelism, [op.uid for op in v.operators])
                     for v in graph.vertices]
         try:
+            most = key_groups.resolve_max_parallelism(
+                config.max_parallelism, (v.parallelism for v in graph.vertices),
+                metadata.max_parallelism)
             restores = checkpoints.restores_from(metadata, vertices,
                                                  config.checkpoint.allow_non_restored_state)
         except ValueError as error:
             raise ValueError(f"job {graph.name!r} cannot resume from {path}: {error}") from None
-        return metadata.checkpoint_id, restores
+        return Resume(metadata.checkpoint_id, restores, most)
 
     @staticmethod
     def _check_capacity(graph: JobGraph, needed: int, capacity: int, bound: str) -> None:

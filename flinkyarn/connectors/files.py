@@ -28,6 +28,9 @@ A subtask that starts from a checkpoint renames what that checkpoint still had p
 numbered from the checkpoint's n on (written after it: they will be written again);
 one that starts from scratch deletes all of its part files. So the folder holds each
 record once, and only what a completed checkpoint (or the end of the input) covers.
+Resumed at another parallelism, old subtask k's pending files and numbering go to
+subtask k % parallelism, which commits the ones, deletes k's later part files and keeps
+k's numbering in its own state (a later rescale hands it on).
 
 Write modes (Flink's WriteMode; flinkyarn.connectors.outputs has the details). With
 mode "no_overwrite", the default, a job whose folder exists and is not empty (or is a
@@ -44,6 +47,7 @@ All methods are called from the task thread only (see flinkyarn.pipeline.operato
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 import zlib
@@ -55,13 +59,17 @@ import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from flinkyarn import key_groups
 from flinkyarn.connectors import filesystems, outputs
 from flinkyarn.jobgraph import FileOutput, OutputMode, output_mode
+from flinkyarn.key_groups import Redistribution
 from flinkyarn.pipeline.operator import Operator, OperatorContext, SourceOperator
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 _BLOCK_BYTES = 4 * 1024 * 1024
 _FORMAT_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+# A checkpointed sink's part file, or (hidden) its in-progress twin.
+_PART = re.compile(r"^\.?part-(?P<subtask>\d{5,})-(?P<number>\d{5,})(?P<rest>.*)$")
 # What a source reads in one go: its first item is the file, the rest is up to the source.
 Split = tuple[Any, ...]
 
@@ -141,7 +149,7 @@ class FileSource(SourceOperator):
         self.until_files = until_files
         self._position = Position()                # bounded
         self._done: set[str] = set()               # continuous: files read
-        self._current: tuple[str, int] | None = None  # ... and (file, batches) under way
+        self._current: dict[str, int] = {}         # ... and batches emitted of a file under way
 
     def read(self) -> Iterator[pa.RecordBatch | None]:
         if self.monitor_interval is None:
@@ -156,6 +164,8 @@ class FileSource(SourceOperator):
 
     def _read_continuously(self, interval: float) -> Iterator[pa.RecordBatch | None]:
         fs, root = filesystems.resolve(self.path)
+        self._current = {file: batches for file, batches in self._current.items()
+                         if self._owner(file, root) == self.context.subtask_index}
         while True:
             try:
                 files = filesystems.list_files(fs, root)
@@ -166,16 +176,16 @@ class FileSource(SourceOperator):
             for file in files:
                 if file in self._done or self._owner(file, root) != self.context.subtask_index:
                     continue
-                skip = self._current[1] if self._current and self._current[0] == file else 0
+                skip = self._current.get(file, 0)
                 count = 0
                 for split in self.splits(fs, [file]):
                     for batch in self._batches_of(fs, split):
                         count += 1
                         if count > skip:
-                            self._current = (file, count)
+                            self._current[file] = count
                             yield batch
                 self._done.add(file)
-                self._current = None
+                self._current.pop(file, None)
             if self.until_files is not None and len(files) >= self.until_files:
                 return
             deadline = time.monotonic() + interval
@@ -200,18 +210,28 @@ class FileSource(SourceOperator):
     def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
         if self.monitor_interval is None:
             return self._position.state()
-        file, batches = self._current or ("", 0)
         return {"files": pa.table({"file": pa.array(sorted(self._done), pa.string())}),
-                "current": pa.table({"file": [file], "batches": pa.array([batches], pa.int64())})}
+                "current": pa.table({"file": pa.array(list(self._current), pa.string()),
+                                     "batches": pa.array(list(self._current.values()), pa.int64())})}
 
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
         if "position" in state:
             self._position.restore(state)
         if "files" in state:
             self._done = set(state["files"].column("file").to_pylist())
-        if "current" in state:
-            file = state["current"].column("file")[0].as_py()
-            self._current = (file, state["current"].column("batches")[0].as_py()) if file else None
+        if "current" in state:  # rescaled: the old subtasks' (a file in one at most)
+            current = state["current"]
+            self._current = {}
+            for file, batches in zip(current.column("file").to_pylist(),
+                                     current.column("batches").to_pylist()):
+                if file and file not in self._done:
+                    self._current[file] = max(batches, self._current.get(file, 0))
+
+    def state_redistribution(self, name: str) -> Redistribution:
+        """Continuous: every subtask gets the files all read and where each stopped in
+        the ones under way (a file's reader may change with the parallelism); bounded:
+        its position pins its parallelism."""
+        return key_groups.union() if self.monitor_interval is not None else Redistribution()
 
     def splits(self, fs: pafs.FileSystem, files: list[str]) -> list[Split]:
         """The splits of the sorted `files`, in order; the first item of each is its file."""
@@ -410,6 +430,7 @@ class FileSink(Operator):
         self._checkpointed = bool(getattr(context, "checkpointing", False))
         self._part_number = 0
         self._to_commit: list[tuple[int, str, str]] = []
+        self._adopted: dict[int, int] = {}  # old subtasks taken over: their next part number
         self._forgotten = False
         self._name_files()
 
@@ -431,11 +452,20 @@ class FileSink(Operator):
             self._to_commit.append((checkpoint_id, self._in_progress, self.part_file))
             self._part_number += 1
             self._name_files()
+        index = self.context.subtask_index
+        numbering = {index: self._part_number, **self._adopted}
         return {"files": pa.table({
+            "subtask": pa.array([index] * len(self._to_commit), pa.int32()),
             "checkpoint": pa.array([c for c, _, _ in self._to_commit], pa.int64()),
             "in_progress": pa.array([i for _, i, _ in self._to_commit], pa.string()),
             "part": pa.array([p for _, _, p in self._to_commit], pa.string())}),
-            "position": pa.table({"next_part": pa.array([self._part_number], pa.int64())})}
+            "position": pa.table({"subtask": pa.array(list(numbering), pa.int32()),
+                                  "next_part": pa.array(list(numbering.values()), pa.int64())})}
+
+    def state_redistribution(self, name: str) -> Redistribution:
+        """Rescaled, the pending files and the part numbering of old subtask k go to
+        subtask k % parallelism, which commits the one and keeps the other."""
+        return key_groups.by_subtask()
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         done = [entry for entry in self._to_commit if entry[0] <= checkpoint_id]
@@ -444,33 +474,42 @@ class FileSink(Operator):
             self._commit(in_progress, part)
 
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
-        """The checkpoint completed: what it had pending is committed; the part files of
-        this subtask written after it go (they come again)."""
+        """The checkpoint completed: what it had pending is committed; the part files
+        written after it go (they come again), this subtask's and those of the old
+        subtasks it took over when the parallelism changed, whose numbering it keeps."""
         files = state.get("files")
         if files is not None:
             for in_progress, part in zip(files.column("in_progress").to_pylist(),
                                          files.column("part").to_pylist()):
                 self._commit(in_progress, part)
-        self._part_number = state["position"].column("next_part")[0].as_py()
+        position = state["position"]
+        numbering = dict(zip(position.column("subtask").to_pylist(),
+                             position.column("next_part").to_pylist()))
+        self._part_number = numbering.pop(self.context.subtask_index, 0)
+        self._adopted = numbering
         self._forget_output_after(self._part_number)
         self._name_files()
 
     def _forget_output_after(self, first: int | None) -> None:
         """Once per attempt, before its first part: deletes this subtask's part files
-        from number `first` on (None: all of them, the job starts from scratch) and its
-        in-progress files no checkpoint refers to any more (earlier attempts')."""
+        from number `first` on (None: all of them, the job starts from scratch), those of
+        the old subtasks it took over from their numbering on, and their in-progress
+        files no checkpoint refers to any more (earlier attempts')."""
         if not self._checkpointed or self._forgotten:
             return
         self._forgotten = True
-        prefix = f"part-{self.context.subtask_index:05d}-"
+        limits = {self.context.subtask_index: first or 0, **self._adopted}
         for entry in self._fs.get_file_info(pafs.FileSelector(self._folder)):
             name = entry.base_name
-            if name.startswith(f".{prefix}") and name.endswith(".inprogress"):
-                self._fs.delete_file(entry.path)
-            elif name.startswith(prefix) and name.endswith(self.suffix):
-                number = name[len(prefix):len(name) - len(self.suffix)]
-                if number.isdigit() and (first is None or int(number) >= first):
+            match = _PART.match(name)
+            if match is None or int(match["subtask"]) not in limits:
+                continue
+            if name.startswith("."):
+                if name.endswith(".inprogress"):
                     self._fs.delete_file(entry.path)
+            elif match["rest"] == self.suffix and \
+                    int(match["number"]) >= limits[int(match["subtask"])]:
+                self._fs.delete_file(entry.path)
 
     def _commit(self, in_progress: str, part: str) -> None:
         """Renames a closed in-progress file to its part file; done already if it is gone."""

@@ -7,6 +7,7 @@ from typing import Protocol
 import msgspec
 
 from flinkyarn.checkpoints import TaskRestore
+from flinkyarn.key_groups import DEFAULT_MAX_PARALLELISM
 from flinkyarn.gateways import Ack, HeartbeatRequest
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
                            JobMasterId, JobVertexID, ResourceID, ResourceManagerId, SlotID)
@@ -65,6 +66,7 @@ class TaskDeploymentDescriptor(msgspec.Struct, frozen=True):
     data_key: bytes = b""  # the job's, for a task that produces partitions: checks tickets
     checkpoint_dir: str = ""  # the job's checkpoints folder (flinkyarn/checkpoints.py), if any
     restore: TaskRestore | None = None  # the state to start from (a restart, a savepoint)
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM  # the job's key groups (flinkyarn/key_groups.py)
 
 
 class SubmitTask(msgspec.Struct, frozen=True):

@@ -28,6 +28,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flinkyarn import key_groups
+from flinkyarn.key_groups import Redistribution
 from flinkyarn.pipeline.operator import (MAX_WATERMARK, MIN_TIMESTAMP, Operator,
                                          OperatorContext, Watermark)
 from flinkyarn.pipeline.operators import Aggregation, KeyedAggregateOperator
@@ -80,7 +82,12 @@ class TimestampAssigner(Operator):
         return {"greatest": pa.table({"time": pa.array([self._max], pa.int64())})}
 
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
-        self._max = state["greatest"].column("time")[0].as_py()
+        self._max = _least(state["greatest"])
+
+    def state_redistribution(self, name: str) -> Redistribution:
+        """Rescaled, a subtask goes on from the least of the old subtasks' greatest times
+        (its new share of the input may be behind the others')."""
+        return key_groups.union()
 
 
 @dataclass(frozen=True)
@@ -215,4 +222,17 @@ class WindowAggregateOperator(Operator):
 
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
         self._partials.initialize_state(state)
-        self._watermark = state["watermark"].column("time")[0].as_py()
+        self._watermark = _least(state["watermark"])
+
+    def state_redistribution(self, name: str) -> Redistribution:
+        """The windows' partials go by key group (the user's keys, not the window's
+        start); rescaled, the watermark is the least of the old subtasks'."""
+        if name == "watermark":
+            return key_groups.union()
+        return key_groups.keyed(*(f"k{i}" for i in range(len(self.key_columns))))
+
+
+def _least(times: pa.Table) -> int:
+    """The least time of a state table of times (one row per subtask it came from)."""
+    least = pc.min(times.column("time")).as_py()
+    return MIN_TIMESTAMP if least is None else least

@@ -31,6 +31,11 @@ above, on the task thread:
                                      of everything before it, as named Arrow tables
     notify_checkpoint_complete(id)   the checkpoint completed: commit what it covers
 
+`state_redistribution(name)` says how the state `name` is shared out when the job resumes
+at another parallelism (flinkyarn.key_groups.Redistribution: by key group, union, by
+subtask; by default it cannot be, and the operator keeps its parallelism); after a
+rescale, initialize_state gets the subtask's share.
+
 Operators are cloudpickled on the client and unpickled in the TaskExecutor; one
 instance per subtask. An exception from any method fails the task; its message should
 name the bad input (file, column), and the StreamTask prefixes the operator's name.
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 import pyarrow as pa
 
 from flinkyarn.jobgraph import FileOutput
+from flinkyarn.key_groups import Redistribution
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,6 +142,11 @@ class Operator:
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint `checkpoint_id` completed everywhere."""
+
+    def state_redistribution(self, name: str) -> Redistribution:
+        """How the state `name` of snapshot_state() is shared out at another parallelism
+        (by default it is not: the operator cannot be rescaled)."""
+        return Redistribution()
 
     def file_output(self) -> FileOutput | None:
         """The folder this operator writes, if it is a file sink whose folder the client

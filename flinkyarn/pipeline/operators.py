@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from flinkyarn import key_groups
+from flinkyarn.key_groups import Redistribution
 from flinkyarn.pipeline.operator import Operator, OperatorContext
 
 
@@ -247,6 +249,10 @@ class KeyedAggregateOperator(Operator):
 
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
         self._merged = state.get("partials")
+
+    def state_redistribution(self, name: str) -> Redistribution:
+        """The partials go by key group (their keys are columns k0..)."""
+        return key_groups.keyed(*(f"k{i}" for i in range(len(self.key_columns))))
 
     def finish(self) -> Iterable[pa.RecordBatch]:
         self._merge()

@@ -16,13 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from flinkyarn.jobgraph import ShipStrategy, enum_value
+from flinkyarn.key_groups import DEFAULT_MAX_PARALLELISM, hash_rows, operator_indices
 
 Routed = list[tuple[int, pa.RecordBatch]]
-
-# The hash of a null key value; any fixed value will do, it only has to be the same
-# in every process.
-_NULL_HASH = np.uint64(0x9E3779B97F4A7C15)
-_MIX = np.uint64(0x100000001B3)
 
 
 class Partitioner(ABC):
@@ -88,25 +84,34 @@ class BroadcastPartitioner(Partitioner):
 
 
 class HashPartitioner(Partitioner):
-    """Rows with equal key values go to the same subpartition: `hash_rows(batch, keys)
-    % num_subpartitions`. The hash is the same in every process and every run, so all
-    producer subtasks agree on where a key goes."""
+    """Rows with equal key values go to the same subpartition, the consumer subtask of
+    their key group (flinkyarn.key_groups: `hash_rows(batch, keys) % max_parallelism`,
+    then the consumer whose range of key groups holds it, as Flink's
+    KeyGroupStreamPartitioner). The hash is the same in every process and every run, so
+    all producer subtasks agree on where a key goes, and a keyed operator's state stays
+    with its key when the job resumes at another parallelism."""
 
     name = "hash"
 
-    def __init__(self, num_subpartitions: int, key_columns: Sequence[str]) -> None:
+    def __init__(self, num_subpartitions: int, key_columns: Sequence[str],
+                 max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> None:
         super().__init__(num_subpartitions)
         if not key_columns:
             raise ValueError("a hash partitioner needs at least one key column")
+        if max_parallelism < num_subpartitions:
+            raise ValueError(f"a hash partitioner over {num_subpartitions} subpartitions "
+                             f"needs at least as many key groups, not {max_parallelism}")
         self.key_columns = tuple(key_columns)
+        self.max_parallelism = max_parallelism
 
     def route(self, batch: pa.RecordBatch) -> Routed:
         if batch.num_rows == 0:
             return []
-        hashes = hash_rows(batch, self.key_columns)
         if self.num_subpartitions == 1:
+            hash_rows(batch, self.key_columns)  # a missing key column fails here too
             return [(0, batch)]
-        targets = (hashes % np.uint64(self.num_subpartitions)).astype(np.int64)
+        targets = operator_indices(hash_rows(batch, self.key_columns), self.max_parallelism,
+                                   self.num_subpartitions)
         counts = np.bincount(targets, minlength=self.num_subpartitions)
         if counts.max() == batch.num_rows:  # all rows to one subpartition: no copy
             return [(int(targets[0]), batch)]
@@ -120,68 +125,12 @@ class HashPartitioner(Partitioner):
         return f"HashPartitioner({self.num_subpartitions}, {self.key_columns})"
 
 
-def hash_rows(batch: pa.RecordBatch, key_columns: Sequence[str]) -> np.ndarray:
-    """A uint64 hash per row of the key columns' values, identical in every process.
-
-    Python's hash() of str is salted per process, so it cannot be used; this uses
-    pandas' SipHash with its fixed key, vectorised. Values are normalised first so that
-    a value hashes the same whatever else is in its batch: integers as int64, floats as
-    float64 (-0.0 as 0.0), dictionaries decoded, and nulls get one fixed hash (a column
-    with nulls would otherwise become float or object in numpy).
-    """
-    combined = np.zeros(batch.num_rows, dtype=np.uint64)
-    for name in key_columns:
-        column_hash = _hash_column(_key_column(batch, name))
-        combined = (combined ^ column_hash) * _MIX
-    return combined
-
-
-def _key_column(batch: pa.RecordBatch, name: str) -> pa.Array:
-    indices = batch.schema.get_all_field_indices(name)
-    if not indices:
-        raise KeyError(f"key column {name!r} is not in the batch; its columns are "
-                       f"{batch.schema.names}")
-    if len(indices) > 1:
-        raise ValueError(f"key column {name!r} appears {len(indices)} times in the batch")
-    return batch.column(indices[0])
-
-
-def _hash_column(column: pa.Array) -> np.ndarray:
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    if pa.types.is_integer(column.type):
-        column = column.cast(pa.int64(), safe=False)
-    elif pa.types.is_floating(column.type):
-        column = column.cast(pa.float64())
-    if column.null_count == 0:
-        return _hash_values(column)
-    hashes = np.full(len(column), _NULL_HASH, dtype=np.uint64)
-    valid = column.is_valid().to_numpy(zero_copy_only=False)
-    hashes[valid] = _hash_values(column.drop_null())
-    return hashes
-
-
-def _hash_values(column: pa.Array) -> np.ndarray:
-    import pandas as pd  # half of a TaskExecutor's imports: loaded when a hash exchange runs
-
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
-            or pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        # Strings become Python objects on the way to numpy; hash each distinct value
-        # once (the hash of a value does not depend on the others) and spread by index.
-        encoded = column.dictionary_encode()
-        distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
-        return pd.util.hash_array(distinct)[encoded.indices.to_numpy(zero_copy_only=False)]
-    values = column.to_numpy(zero_copy_only=False)
-    if values.dtype.kind == "f":
-        values = values + 0.0  # -0.0 == 0.0 but their bits differ
-    return pd.util.hash_array(values)
-
-
 def make_partitioner(name: ShipStrategy | str, num_subpartitions: int,
-                     key_columns: Sequence[str] = (), subtask_index: int = 0) -> Partitioner:
+                     key_columns: Sequence[str] = (), subtask_index: int = 0,
+                     max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> Partitioner:
     """The partitioner of ship strategy `name` (flinkyarn.jobgraph.ShipStrategy, or its
     value) of producer subtask `subtask_index` for an output with `num_subpartitions`
-    consumers."""
+    consumers; a hash one over the job's `max_parallelism` key groups."""
     strategy = enum_value(ShipStrategy, name, "partitioner")
     if strategy is ShipStrategy.FORWARD:
         return ForwardPartitioner(num_subpartitions)
@@ -189,4 +138,4 @@ def make_partitioner(name: ShipStrategy | str, num_subpartitions: int,
         return RebalancePartitioner(num_subpartitions, subtask_index)
     if strategy is ShipStrategy.BROADCAST:
         return BroadcastPartitioner(num_subpartitions)
-    return HashPartitioner(num_subpartitions, key_columns)
+    return HashPartitioner(num_subpartitions, key_columns, max_parallelism)

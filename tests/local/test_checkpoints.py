@@ -62,12 +62,16 @@ def test_a_watched_folder_job_killed_twice_keeps_every_record_once(cluster, tmp_
         assert details.checkpoints is not None and details.checkpoints.restored_from, run
 
 
-def test_stop_with_a_savepoint_then_resume_from_it_keeps_every_record_once(cluster, tmp_path):
+@pytest.mark.parametrize("parallelism", [(2, 3), (3, 1)])
+def test_stop_with_a_savepoint_then_resume_from_it_at_another_parallelism_keeps_every_record_once(
+        cluster, tmp_path, parallelism):
     (tmp_path / "out").mkdir()
     target = scenarios.Target(cluster.rest, task_executor_process, str(tmp_path / "out"),
                               str(tmp_path))
-    scenarios.stop_with_savepoint_and_resume(
-        target, lambda job, folder: cluster.rest.savepoint(job, folder, stop=True, timeout=60))
+    details = scenarios.stop_with_savepoint_and_resume(
+        target, lambda job, folder: cluster.rest.savepoint(job, folder, stop=True, timeout=60),
+        parallelism=parallelism)
+    assert {v.parallelism for v in details.vertices} == {parallelism[1]}
 
 
 def test_a_savepoint_needs_a_job_that_takes_checkpoints(cluster, tmp_path):

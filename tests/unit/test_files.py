@@ -335,6 +335,40 @@ def test_a_sink_starting_from_scratch_drops_its_earlier_parts(tmp_path):
     assert visible(tmp_path) == {"part-00000-00000.parquet": [9], "part-00002-00000.parquet": [5]}
 
 
+def test_a_sink_that_takes_over_old_subtasks_at_a_lower_parallelism_keeps_their_numbering(
+        tmp_path):
+    """Resumed at parallelism 1 from a checkpoint of 3 (its share: every old subtask's
+    rows): subtask 0 commits what 1 and 2 had pending, drops what they wrote after the
+    checkpoint, and carries their numbering on, so that subtask 2 of a later rescale
+    to 3 does not write over its committed parts."""
+    def write(subtask, number, n, hidden=False):
+        name = f"part-{subtask:05d}-{number:05d}.parquet"
+        pq.write_table(pa.table({"n": [n]}), tmp_path / (f".{name}.0-ab.inprogress" if hidden else name))
+
+    write(1, 0, 10)
+    write(1, 1, 11, hidden=True)      # pending in the checkpoint
+    write(1, 2, 12)                   # committed after it (a later checkpoint): comes again
+    write(2, 0, 20)
+    write(2, 3, 23, hidden=True)      # an earlier attempt's, in no checkpoint
+    state = {"files": pa.table({"subtask": pa.array([1], pa.int32()),
+                                "checkpoint": pa.array([4], pa.int64()),
+                                "in_progress": [str(tmp_path / ".part-00001-00001.parquet.0-ab.inprogress")],
+                                "part": [str(tmp_path / "part-00001-00001.parquet")]}),
+             "position": pa.table({"subtask": pa.array([1, 2], pa.int32()),
+                                   "next_part": pa.array([2, 1], pa.int64())})}
+    sink = ParquetSink(tmp_path)
+    sink.open(FakeContext(subtask_index=0, parallelism=1, checkpointing=True))
+    sink.initialize_state(state)
+    sink.process(rows(1), 0)
+    assert visible(tmp_path) == {"part-00001-00000.parquet": [10], "part-00001-00001.parquet": [11],
+                                 "part-00002-00000.parquet": [20]}
+    assert not any(p.name.startswith(".part-00002") for p in tmp_path.iterdir())
+    later = sink.snapshot_state(5)["position"]
+    assert dict(zip(later.column("subtask").to_pylist(), later.column("next_part").to_pylist())) \
+        == {0: 1, 1: 2, 2: 1}
+    assert sink.state_redistribution("position").kind == "by-subtask"
+
+
 # --- watched folders and source positions --------------------------------------------------
 
 

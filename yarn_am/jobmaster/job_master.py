@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from flinkyarn import checkpoints, options, retry
+from flinkyarn import checkpoints, key_groups, options, retry
 from flinkyarn.checkpoints import (CheckpointMetadata, SubtaskState, TaskRestore,
                                    TaskStateSnapshot)
 from flinkyarn.clock import Clock
@@ -74,6 +74,16 @@ SLOT_REQUESTS_IN_FLIGHT = 32
 
 
 @dataclass(frozen=True)
+class Resume:
+    """What a job resumes from: a savepoint's (or retained checkpoint's) id, each
+    (vertex id, subtask)'s state in it, and its key groups, which the job keeps."""
+
+    checkpoint_id: int
+    restores: dict[tuple[str, int], TaskRestore]
+    max_parallelism: int
+
+
+@dataclass(frozen=True)
 class JobMasterConfig:
     heartbeat: HeartbeatConfig
     registration: RegistrationConfig
@@ -82,6 +92,7 @@ class JobMasterConfig:
     failover_strategy: str
     restart_strategy: RestartStrategyConfig
     checkpoint: CheckpointConfig = CheckpointConfig()
+    max_parallelism: int = -1  # pipeline.max-parallelism as set (-1: not)
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> "JobMasterConfig":
@@ -97,7 +108,8 @@ class JobMasterConfig:
                    RegistrationConfig.from_configuration(conf),
                    conf.get(options.SLOT_IDLE_TIMEOUT), conf.get(options.SLOT_REQUEST_TIMEOUT),
                    conf.get(options.FAILOVER_STRATEGY),
-                   RestartStrategyConfig.from_configuration(conf), checkpoint)
+                   RestartStrategyConfig.from_configuration(conf), checkpoint,
+                   conf.get(options.PIPELINE_MAX_PARALLELISM))
 
 
 @dataclass(frozen=True)
@@ -123,10 +135,8 @@ class JobMaster(RpcEndpoint):
     def __init__(self, rpc: RpcService, job_graph: JobGraph, resource_manager_address: str,
                  config: JobMasterConfig, on_terminated: Callable[[JobResult], None],
                  clock: Clock | None = None,
-                 savepoint: tuple[int, dict[tuple[str, int], TaskRestore]] | None = None
-                 ) -> None:
-        """`savepoint`: what the job resumes from (the Dispatcher read and checked it):
-        the savepoint's checkpoint id and each (vertex, subtask)'s state."""
+                 savepoint: Resume | None = None) -> None:
+        """`savepoint`: what the job resumes from (the Dispatcher read and checked it)."""
         super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway, clock)
         self.job_graph = job_graph
         self.job_id = job_graph.job_id
@@ -148,17 +158,22 @@ class JobMaster(RpcEndpoint):
                 self._checkpoint_dir = checkpoints.job_directory(config.checkpoint.directory,
                                                                  self.job_id)
                 if savepoint is not None:
-                    self.checkpoints.restore_from(savepoint[0])
+                    self.checkpoints.restore_from(savepoint.checkpoint_id)
             else:
                 log.warning("job %s: no checkpoints (execution.checkpointing.interval): it "
                             "is a batch job or has blocking exchanges", self.job_id)
+        # The job's key groups: the hash exchanges route by them, keyed state is cut by them.
+        self.max_parallelism = savepoint.max_parallelism if savepoint is not None else \
+            key_groups.resolve_max_parallelism(config.max_parallelism,
+                                               (v.parallelism for v in job_graph.vertices))
         # Raises ValueError (the submission is refused) if the failover strategy cannot
         # serve this job, e.g. restart-individual for a job with exchanges.
         self.scheduler = Scheduler(ExecutionGraph(job_graph),
                                    failover_strategy.create(config.failover_strategy),
                                    restart_strategy.create(config.restart_strategy),
                                    checkpoint_dir=self._checkpoint_dir,
-                                   restore_for=self._restore_for)
+                                   restore_for=self._restore_for,
+                                   max_parallelism=self.max_parallelism)
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
         # A wide job's requests go out a few at a time, not as thousands of calls at once.
         self._slot_requests_in_flight = asyncio.Semaphore(SLOT_REQUESTS_IN_FLIGHT)
@@ -499,7 +514,7 @@ class JobMaster(RpcEndpoint):
         metadata = CheckpointMetadata(self.job_id, completed.checkpoint_id, completed.timestamp, [
             SubtaskState(evid.vertex_id, evid.subtask_index, snapshot,
                          graph.job_vertex(evid.vertex_id).parallelism)
-            for evid, snapshot in completed.snapshots.items()])
+            for evid, snapshot in completed.snapshots.items()], self.max_parallelism)
         if completed.savepoint:
             await self._complete_savepoint(completed, metadata)
             return
@@ -615,8 +630,8 @@ class JobMaster(RpcEndpoint):
         if latest is None:
             if self._savepoint is None:
                 return None
-            self.restored_from = self._savepoint[0]
-            return self._savepoint[1].get((evid.vertex_id, evid.subtask_index))
+            self.restored_from = self._savepoint.checkpoint_id
+            return self._savepoint.restores.get((evid.vertex_id, evid.subtask_index))
         self.restored_from = latest.checkpoint_id
         snapshot = latest.snapshots.get(evid)
         return TaskRestore(latest.checkpoint_id, snapshot) if snapshot is not None else None

@@ -82,6 +82,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from flinkyarn.checkpoints import TaskRestore
+from flinkyarn.key_groups import DEFAULT_MAX_PARALLELISM
 from flinkyarn.gateways.job_master import FailureKind
 from flinkyarn.gateways.task_executor import (ConsumedPartition, ProducedPartition,
                                               TaskDeploymentDescriptor)
@@ -282,8 +283,9 @@ class Scheduler:
                  restart_strategy: RestartBackoffTimeStrategy | None = None,
                  data_key: bytes | None = None, checkpoint_dir: str = "",
                  restore_for: Callable[[ExecutionVertexID], TaskRestore | None] | None = None,
-                 ) -> None:
+                 max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> None:
         self._graph = execution_graph
+        self._max_parallelism = max_parallelism  # the job's key groups, for every task
         # Checkpoints: where a task writes its state, and what a (re)deployed subtask
         # starts from (the latest completed checkpoint's, when there is one).
         self._checkpoint_dir = checkpoint_dir
@@ -607,7 +609,8 @@ class Scheduler:
                 for p in vertex.produced_partitions),
             data_key=self._data_key if vertex.produced_partitions else b"",
             checkpoint_dir=self._checkpoint_dir,
-            restore=self._restore_for(vertex.id) if self._restore_for is not None else None)
+            restore=self._restore_for(vertex.id) if self._restore_for is not None else None,
+            max_parallelism=self._max_parallelism)
         return DeployTask(descriptor, slot.task_executor_address)
 
     def _consumed(self, partition, consumer: ExecutionVertexID) -> ConsumedPartition:
