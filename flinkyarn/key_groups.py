@@ -159,10 +159,13 @@ def _hash_values(column: pa.Array) -> np.ndarray:
         # once (the hash of a value does not depend on the others) and spread by index.
         encoded = column.dictionary_encode()
         distinct = encoded.dictionary.to_numpy(zero_copy_only=False)
-        return pd.util.hash_array(distinct)[encoded.indices.to_numpy(zero_copy_only=False)]
+        spread: np.ndarray = pd.util.hash_array(distinct)[
+            encoded.indices.to_numpy(zero_copy_only=False)]
+        return spread
     values = column.to_numpy(zero_copy_only=False)
     if values.dtype.kind == "f":
         values = values + 0.0  # -0.0 == 0.0 but their bits differ
-    return pd.util.hash_array(values)
+    hashes: np.ndarray = pd.util.hash_array(values)
+    return hashes
 
 

@@ -77,7 +77,7 @@ def survive_ui_race(attempts: int = 3) -> None:
                 print(f"flinkyarn: the SparkContext lost Spark's web-UI filter race "
                       f"({UI_FILTER_RACE}); starting it again", file=sys.stderr, flush=True)
 
-    SparkContext._initialize_context = _initialize_context
+    SparkContext._initialize_context = _initialize_context  # type: ignore[method-assign]
 
 
 def script_waiting() -> bool:

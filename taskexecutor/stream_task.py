@@ -30,7 +30,8 @@ from typing import Iterable
 import pyarrow as pa
 
 from flinkyarn import checkpoints, retry
-from flinkyarn.checkpoints import Redistribution, TaskStateSnapshot
+from flinkyarn.checkpoints import TaskStateSnapshot
+from flinkyarn.key_groups import Redistribution
 from flinkyarn.gateways.job_master import PartitionLocation, PartitionLocationState
 from flinkyarn.gateways.task_executor import ConsumedPartition
 from flinkyarn.pipeline.operator import MAX_WATERMARK, Operator, SourceOperator, Watermark

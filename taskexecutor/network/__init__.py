@@ -12,6 +12,7 @@ through input gates, locally or over Arrow Flight between TaskExecutors.
     errors        PartitionNotFound, PartitionNotReady, PartitionFailed, PartitionReleased
 """
 
+from flinkyarn.key_groups import hash_rows
 from taskexecutor.network.errors import (PartitionException, PartitionFailed, PartitionNotFound,
                                          PartitionNotReady, PartitionReleased)
 from taskexecutor.network.flight import DataClientPool, DataServer
@@ -19,7 +20,7 @@ from taskexecutor.network.input_gate import (CheckpointAborted, InputChannel, In
                                              LocalInputChannel, RemoteInputChannel)
 from taskexecutor.network.partition import (ResultPartition, ResultPartitionID,
                                             ResultPartitionManager)
-from taskexecutor.network.partitioner import Partitioner, hash_rows, make_partitioner
+from taskexecutor.network.partitioner import Partitioner, make_partitioner
 from taskexecutor.network.subpartition import (END_OF_PARTITION, CheckpointBarrier,
                                                SubpartitionReader)
 

@@ -16,8 +16,9 @@ from flinkyarn.jobgraph import JobEdge, ShipStrategy
 from flinkyarn.pipeline.task_spec import OutputSpec
 from flinkyarn.rpc import codec
 from flinkyarn.rpc.errors import MalformedMessage
+from flinkyarn.key_groups import hash_rows
 from taskexecutor.network.partitioner import (BroadcastPartitioner, HashPartitioner,
-                                              hash_rows, make_partitioner)
+                                              make_partitioner)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,7 +94,8 @@ def test_hash_combines_several_key_columns():
 HASH_SCRIPT = """
 import json, sys
 import pyarrow as pa
-from taskexecutor.network.partitioner import HashPartitioner, hash_rows
+from flinkyarn.key_groups import hash_rows
+from taskexecutor.network.partitioner import HashPartitioner
 b = pa.record_batch({"key": [f"k{i}" for i in range(200)], "n": list(range(200)),
                      "x": list(range(200))})
 routed = HashPartitioner(5, ("key", "n")).route(b)
