@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from flinkyarn.pipeline.api import Pipeline as Pipeline
     from flinkyarn.pipeline.event_time import SlidingEventTimeWindows as SlidingEventTimeWindows
     from flinkyarn.pipeline.event_time import TumblingEventTimeWindows as TumblingEventTimeWindows
+    from flinkyarn.pipeline.keyed_process import KeyedProcessFunction as KeyedProcessFunction
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,7 @@ def __getattr__(name: str) -> object:
     if name in ("TumblingEventTimeWindows", "SlidingEventTimeWindows"):
         from flinkyarn.pipeline import event_time
         return getattr(event_time, name)
+    if name == "KeyedProcessFunction":
+        from flinkyarn.pipeline.keyed_process import KeyedProcessFunction
+        return KeyedProcessFunction
     raise AttributeError(f"module 'flinkyarn' has no attribute {name!r}")

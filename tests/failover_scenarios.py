@@ -323,9 +323,10 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
 
 
 def watched_counting(feed: str, records: str, counts: str, files: int, parallelism: int = 2,
-                     with_counts: bool = True) -> Pipeline:
+                     with_counts: bool = True, tallies: str | None = None) -> Pipeline:
     """A job watching `feed` (ending after `files` files) that writes every record
-    through the exactly-once sink and, at its end, the count per key."""
+    through the exactly-once sink and, at its end, the count per key (and, to
+    `tallies`, what a keyed process function's state holds per key: jobs.TallyPerKey)."""
     p = Pipeline("watched", parallelism=parallelism, configuration={
         "execution.checkpointing.interval": "100 ms"})
     keyed = p.read_text(feed, monitor_interval=0.05, until_files=files) \
@@ -333,6 +334,8 @@ def watched_counting(feed: str, records: str, counts: str, files: int, paralleli
     keyed.write_parquet(records, uid="records")
     if with_counts:
         keyed.count(uid="counts").write_parquet(counts)
+    if tallies is not None:
+        keyed.process(jobs.TallyPerKey(), uid="tallies").write_parquet(tallies)
     return p
 
 
@@ -347,7 +350,8 @@ def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], st
     knows the files read). A job that lost an operator is refused unless it allows
     non-restored state."""
     run = jobs.join(target.scratch, f"savepoint-{uuid.uuid4().hex[:8]}")
-    feed, records, counts = (jobs.join(run, name) for name in ("feed", "records", "counts"))
+    feed, records, counts, tallies = (jobs.join(run, name)
+                                      for name in ("feed", "records", "counts", "tallies"))
     jobs.make_folder(feed)
 
     def put(number: int) -> None:
@@ -356,7 +360,7 @@ def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], st
                      "".join(f"{n}\n" for n in range(first, first + lines)))
 
     before, after = parallelism
-    first = target.submit(watched_counting(feed, records, counts, files, before))
+    first = target.submit(watched_counting(feed, records, counts, files, before, tallies=tallies))
     for number in range(files // 2):
         put(number)
     wait_for(lambda: (v := target.rest.job(first).checkpoints) and v.completed >= 2, 120,
@@ -371,17 +375,26 @@ def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], st
             **graph.configuration, "execution.savepoint.path": location,
             "execution.savepoint.ignore-unclaimed-state": str(allow).lower()})
 
-    without_counts = watched_counting(feed, records, counts, files, after, with_counts=False)
+    without_counts = watched_counting(feed, records, counts, files, after, with_counts=False,
+                                      tallies=tallies)
     with pytest.raises(RestError, match="state of operator .* which this job does not have"):
         target.rest.submit(resumed(without_counts))
 
-    second = target.rest.submit(resumed(watched_counting(feed, records, counts, files, after)))
+    second = target.rest.submit(resumed(watched_counting(feed, records, counts, files, after,
+                                                         tallies=tallies)))
     for number in range(files // 2, files):
         put(number)
     details = target.result(second)
     assert details.status == "FINISHED", details.failure_cause
     assert details.checkpoints is not None and details.checkpoints.restored_from is not None
     assert_each_record_once(records, counts, files * lines)
+    total = files * lines
+    tallied = {row["k"]: row for row in read(tallies).to_pylist()}
+    assert sorted(tallied) == [0, 1, 2, 3]
+    for k, row in tallied.items():
+        mine = [n for n in range(1, total + 1) if n % 4 == k]
+        assert (row["count"], row["top"], row["digits"]) == \
+            (len(mine), sorted(mine, reverse=True)[:5], len(mine)), k
     return details
 
 

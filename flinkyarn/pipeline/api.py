@@ -35,6 +35,10 @@ jobmanager.execution.failover-strategy and restart-strategy.* keys; they are che
 here). `flinkyarn run -D` sets the same keys for every job of the program that does not
 set them itself.
 
+Keyed state: `key_by(...).process(fn)` runs fn(key, rows, state) per key with value,
+list and map state (flinkyarn.pipeline.keyed_process); in a job that takes checkpoints
+the state is checkpointed and restored, shared out by key group at another parallelism.
+
 Aggregation output columns: the key columns, then "count" for count(), and
 "<column>_<function>" for the others: sum("n") -> "n_sum", min -> "n_min",
 max -> "n_max", mean -> "n_mean" (float64); aggregate({"n": ["sum", "max"]}) ->
@@ -67,6 +71,7 @@ from flinkyarn.resources import UNKNOWN, ResourceProfile
 if TYPE_CHECKING:  # at run time imported where used (write_parquet, write_csv, window)
     from flinkyarn.connectors.files import FileSink
     from flinkyarn.pipeline.event_time import SlidingEventTimeWindows, TumblingEventTimeWindows
+    from flinkyarn.pipeline.keyed_process import KeyedProcessFunction, KeyedState
 
 __all__ = ["Pipeline", "DataStream", "KeyedStream", "WindowedStream", "DataStreamSink"]
 
@@ -597,6 +602,21 @@ class KeyedStream(DataStream):
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         return self._aggregate(specs, what, parallelism, slot_sharing_group, uid, resources)
+
+    def process(self, fn: KeyedProcessFunction | Callable[[tuple[Any, ...], pa.RecordBatch, KeyedState], Any],
+                *, name: str | None = None, parallelism: int | None = None,
+                slot_sharing_group: str | None = None, uid: str | None = None,
+                resources: ResourceProfile | None = None) -> DataStream:
+        """`fn(key, rows, state)` for each key's rows of each batch, with keyed value,
+        list and map state that checkpoints keep (Flink's KeyedProcessFunction; see
+        flinkyarn.pipeline.keyed_process). What it returns goes on."""
+        from flinkyarn.pipeline.keyed_process import KeyedProcessOperator
+        what = name or f"process({getattr(fn, '__name__', type(fn).__name__)})"
+        operator = KeyedProcessOperator(self.key_columns, fn, name=what)
+        node = self._pipeline._add_node(operator, [self], "", what, parallelism,
+                                        slot_sharing_group, uid, resources,
+                                        ChainingStrategy.HEAD)
+        return DataStream(self._pipeline, node.id)
 
     def window(self, assigner: TumblingEventTimeWindows | SlidingEventTimeWindows
                ) -> WindowedStream:

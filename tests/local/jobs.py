@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from flinkyarn import Pipeline
+from flinkyarn import KeyedProcessFunction, Pipeline
 from flinkyarn.pipeline.operator import Operator
 from flinkyarn.connectors.filesystems import resolve
 from taskexecutor.task import TaskCancelled
@@ -170,6 +170,28 @@ def publish(folder: str | os.PathLike, name: str, text: str) -> None:
     write_text(hidden, text)
     fs, path = resolve(hidden)
     fs.move(path, resolve(join(folder, name))[1])
+
+
+class TallyPerKey(KeyedProcessFunction):
+    """Keyed state of each kind: the count of a key's records (value), its five
+    greatest numbers (list) and its count per last digit (map). At the end of the input,
+    one row per key: k, count, top (the five, descending), digits (the map's counts'
+    sum, which is the count again: every record is in one digit's count)."""
+
+    def process(self, key, rows, state):
+        count = state.value("count", default=0)
+        count.update(count.value() + rows.num_rows)
+        top = state.list("top")
+        top.update(sorted([*top.get(), *rows.column("n").to_pylist()], reverse=True)[:5])
+        digits = state.map("digits")
+        for n in rows.column("n").to_pylist():
+            digits[n % 10] = digits.get(n % 10, 0) + 1
+        return None
+
+    def finish(self, key, state):
+        return pa.record_batch({"k": [key[0]], "count": [state.value("count").value()],
+                                "top": [state.list("top").get()],
+                                "digits": [sum(state.map("digits").values())]})
 
 
 def numbered(batch: pa.RecordBatch) -> pa.RecordBatch:
