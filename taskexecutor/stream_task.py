@@ -328,9 +328,10 @@ class StreamTask:
                     self._checkpoint(control.checkpoint_id, control.timestamp)
                 else:
                     self._decline(control.checkpoint_id, "only source tasks are triggered")
-            else:
-                for operator in self.operators:
-                    _named(operator, "notify_checkpoint_complete", control.checkpoint_id)
+            else:  # what an operator gives for it goes on (a Spark stage's interval)
+                for level, operator in enumerate(self.operators):
+                    self._push(level + 1, _call(operator, "notify_checkpoint_complete",
+                                                control.checkpoint_id))
 
     def _checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
         """The barrier goes on to every output, then the chain's state is written and the

@@ -6,7 +6,7 @@ appearance) and `fn(key, rows, state)` is called once per key: `key` is the tupl
 key columns' values, `rows` a RecordBatch of that key's rows of the batch (in their
 order), `state` the key's state. It returns what goes on: a RecordBatch or Table, an
 iterable of them, or None. `fn` is a plain function or a KeyedProcessFunction, which
-may also override `open(context)` and `finish(state)` (called at the end of a bounded
+may also override `open(context)` and `finish(key, state)` (called at the end of a bounded
 input, once per key that has state, e.g. to emit what it held back).
 
 State is named and bound to the current key:

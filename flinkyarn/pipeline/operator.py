@@ -29,7 +29,8 @@ above, on the task thread:
                                      that holds state of this operator (by its id)
     snapshot_state(checkpoint_id)    at the checkpoint's barrier: the operator's state as
                                      of everything before it, as named Arrow tables
-    notify_checkpoint_complete(id)   the checkpoint completed: commit what it covers
+    notify_checkpoint_complete(id)   the checkpoint completed: commit what it covers; what
+                                     it returns goes on (after the barrier, as process's)
 
 `state_redistribution(name)` says how the state `name` is shared out when the job resumes
 at another parallelism (flinkyarn.key_groups.Redistribution: by key group, union, by
@@ -140,8 +141,9 @@ class Operator:
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
         """The state this operator's subtask had in the checkpoint the task starts from."""
 
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Checkpoint `checkpoint_id` completed everywhere."""
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> Iterable[pa.RecordBatch] | None:
+        """Checkpoint `checkpoint_id` completed everywhere; returns what goes on, if anything."""
+        return None
 
     def state_redistribution(self, name: str) -> Redistribution:
         """How the state `name` of snapshot_state() is shared out at another parallelism

@@ -21,6 +21,17 @@ that cannot be cast fails the stage, naming the input). An input that ended with
 batch becomes an empty DataFrame with the schema given in `schemas`, else an empty
 DataFrame with no columns.
 
+In a stream (a job that takes checkpoints), the stage runs once per completed
+checkpoint interval instead: what arrived between two barriers is an interval, closed
+at the second barrier (its rows are the operator's state in that checkpoint), and when
+that checkpoint completes the function runs over the interval and its result goes on,
+after the barrier, so it belongs to the next checkpoint with everything else the
+interval caused downstream: exactly once with the rest (a restore runs again the
+intervals its checkpoint had not seen through; an exactly-once sink dropped what they
+gave before). An interval with no rows is skipped; at the end of a bounded stream the
+rest runs at once. Rescaled, old subtask k's intervals go to subtask k % parallelism
+(they run over the same rows as they would have).
+
 Cancellation. The Spark jobs started in `finish()` carry a job tag of this subtask; a
 watcher thread cancels them when the task is cancelled, so `finish()` returns promptly
 with Spark's cancellation error (`spark_job_tag`).
@@ -38,24 +49,31 @@ import pathlib
 import shutil
 import threading
 import uuid
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from flinkyarn import key_groups
+from flinkyarn.key_groups import Redistribution
 from flinkyarn.pipeline.operator import Operator, OperatorContext
+
+_INTERVAL = "__checkpoint"  # the interval's checkpoint, in the stage's state tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
 class SparkStage(Operator):
-    """Runs `fn(*dataframes) -> DataFrame` once over all of this subtask's input.
+    """Runs `fn(*dataframes) -> DataFrame` once over all of this subtask's input (in a
+    job that takes checkpoints: once per completed checkpoint interval).
 
     Called by the StreamTask from the task thread only; `fn` runs in that thread too.
-    `process` and `end_input` emit nothing; `finish` emits the result in batches of at
-    most `context.batch_size` rows (one empty batch, carrying the schema, when the
-    result has no rows). Exceptions from Spark or `fn` propagate unchanged.
+    `finish` emits the result in batches of at most `context.batch_size` rows (one
+    empty batch, carrying the schema, when the result has no rows); in a stream,
+    `notify_checkpoint_complete` (and `process`, after a restore) emit the results of
+    the intervals it completed. Exceptions from Spark or `fn` propagate unchanged.
     """
 
     def __init__(self, fn: Callable[..., "DataFrame"], num_inputs: int = 1, name: str | None = None,
@@ -77,33 +95,111 @@ class SparkStage(Operator):
         self._warm_up = threading.Thread(target=context.spark, daemon=True,
                                          name=f"start Spark for {self.name}")
         self._warm_up.start()
-        self._inputs = [_CollectedInput(f"{self.name} input {i}", context.tmp_dir, self.schemas[i])
-                        for i in range(self.num_inputs)]
+        self._inputs = self._collecting()
+        # In a stream: the closed intervals not run yet, (checkpoint id, inputs), oldest
+        # first, and the newest checkpoint known complete (its intervals may run).
+        self._intervals: list[tuple[int, list[_CollectedInput]]] = []
+        self._completed = -1
+
+    def _collecting(self) -> list[_CollectedInput]:
+        return [_CollectedInput(f"{self.name} input {i}", self.context.tmp_dir, self.schemas[i])
+                for i in range(self.num_inputs)]
 
     def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
         self._inputs[input_index].add(batch)
-        return ()
+        return self._run_completed() if self._intervals else ()
 
     def finish(self) -> Iterable[pa.RecordBatch]:
+        intervals = [inputs for _, inputs in self._intervals]
+        self._intervals, current, self._inputs = [], self._inputs, self._collecting()
+        if not getattr(self.context, "checkpointing", False):
+            return self._run(current)
+        return self._run_each([*intervals, current])
+
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
+        """The interval ends at this barrier: the rows of every interval not run yet,
+        per input (with their interval's checkpoint and this subtask)."""
+        self._intervals.append((checkpoint_id, self._inputs))
+        self._inputs = self._collecting()
+        state = {}
+        for index in range(self.num_inputs):
+            parts = [inputs[index].table().append_column(
+                _INTERVAL, pa.array([checkpoint] * inputs[index].rows, pa.int64()))
+                for checkpoint, inputs in self._intervals if inputs[index].rows]
+            if parts:
+                table = pa.concat_tables(parts, promote_options="permissive")
+                state[f"input-{index}"] = table.append_column("subtask", pa.array(
+                    [self.context.subtask_index] * table.num_rows, pa.int32()))
+        return state
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> Iterable[pa.RecordBatch]:
+        self._completed = max(self._completed, checkpoint_id)
+        return self._run_completed()
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        """The intervals the checkpoint had not seen through: they run at the next
+        chance (their checkpoint completed)."""
+        intervals: dict[int, list[_CollectedInput]] = {}
+        for index in range(self.num_inputs):
+            table = state.get(f"input-{index}")
+            if table is None:
+                continue
+            for checkpoint in sorted(set(table.column(_INTERVAL).to_pylist())):
+                rows = table.filter(pc.equal(table.column(_INTERVAL), checkpoint))
+                inputs = intervals.setdefault(checkpoint, self._collecting())
+                for batch in rows.drop_columns([_INTERVAL, "subtask"]).to_batches():
+                    inputs[index].add(batch)
+        self._intervals = sorted(intervals.items())
+        self._completed = max(intervals, default=-1)
+
+    def state_redistribution(self, name: str) -> Redistribution:
+        return key_groups.by_subtask()
+
+    def _run_completed(self) -> Iterable[pa.RecordBatch]:
+        due = []
+        while self._intervals and self._intervals[0][0] <= self._completed:
+            due.append(self._intervals.pop(0)[1])
+        return self._run_each(due)
+
+    def _run_each(self, intervals: list[list[_CollectedInput]]) -> Iterable[pa.RecordBatch]:
+        """The function over each interval with rows, in order (run now; the results
+        stream out when read)."""
+        results = []
+        for inputs in intervals:
+            if any(collected.rows for collected in inputs):
+                results.append(self._run(inputs))
+            else:
+                for collected in inputs:
+                    collected.close()
+        return itertools.chain.from_iterable(results)
+
+    def _run(self, inputs: list[_CollectedInput]) -> Iterator[pa.RecordBatch]:
+        """Runs the function over `inputs` (closed and removed after); its result
+        streams out of the returned iterator."""
         from pyspark.sql import DataFrame
 
         spark = self.context.spark()
         result_dir = os.path.join(self.context.tmp_dir, f"spark-result-{uuid.uuid4().hex}")
-        with spark_job_tag(spark, self.context, self.name):
-            frames = [collected.dataframe(spark) for collected in self._inputs]
-            result = self.fn(*frames)
-            if not isinstance(result, DataFrame):
-                raise TypeError(f"{self.name}: the function must return a pyspark.sql.DataFrame, "
-                                f"it returned {type(result).__name__}")
-            # file:// explicitly: with a Hadoop configuration, a bare path means HDFS.
-            result.write.mode("overwrite").parquet(pathlib.Path(result_dir).as_uri())
-        for collected in self._inputs:
-            collected.close()
+        try:
+            with spark_job_tag(spark, self.context, self.name):
+                frames = [collected.dataframe(spark) for collected in inputs]
+                result = self.fn(*frames)
+                if not isinstance(result, DataFrame):
+                    raise TypeError(f"{self.name}: the function must return a "
+                                    f"pyspark.sql.DataFrame, it returned {type(result).__name__}")
+                # file:// explicitly: with a Hadoop configuration, a bare path means HDFS.
+                result.write.mode("overwrite").parquet(pathlib.Path(result_dir).as_uri())
+        finally:
+            for collected in inputs:
+                collected.close()
         return _stream_result(result_dir, self.context.batch_size)
 
     def close(self) -> None:
         for collected in self._inputs:
             collected.close()
+        for _, inputs in self._intervals:
+            for collected in inputs:
+                collected.close()
 
 
 def _stream_result(folder: str, batch_size: int) -> Iterator[pa.RecordBatch]:
@@ -133,6 +229,7 @@ class _CollectedInput:
         self.schema = schema
         self._path: str | None = None
         self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
 
     def add(self, batch: pa.RecordBatch) -> None:
         if self.schema is None:
@@ -148,14 +245,25 @@ class _CollectedInput:
             self._path = os.path.join(self.tmp_dir, f"spark-input-{uuid.uuid4().hex}.parquet")
             self._writer = pq.ParquetWriter(self._path, self.schema)
         self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def table(self) -> pa.Table:
+        """What arrived so far (read back from the file; empty when nothing did)."""
+        if self._writer is None and self._path is None:
+            return pa.table({}) if self.schema is None else self.schema.empty_table()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        assert self._path is not None
+        return pq.read_table(self._path)
 
     def dataframe(self, spark: "SparkSession") -> "DataFrame":
         """Everything that arrived, as a DataFrame read from the file (an empty one, with
         the schema if known, when nothing arrived)."""
         if self._writer is not None:
-            assert self._path is not None  # set together with the writer
             self._writer.close()
             self._writer = None
+        if self._path is not None:
             return spark.read.parquet(pathlib.Path(self._path).as_uri())
         return spark.createDataFrame(pa.table({}) if self.schema is None
                                      else self.schema.empty_table())

@@ -194,6 +194,12 @@ class TallyPerKey(KeyedProcessFunction):
                                 "digits": [sum(state.map("digits").values())]})
 
 
+def interval_sums(df):
+    """A Spark stage: the sum of n per k of what it gets."""
+    from pyspark.sql import functions as F
+    return df.groupBy("k").agg(F.sum("n").alias("n"))
+
+
 def numbered(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Lines holding numbers -> columns n and k = n mod 4."""
     n = pc.cast(batch.column("line"), pa.int64())

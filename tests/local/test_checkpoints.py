@@ -62,6 +62,15 @@ def test_a_watched_folder_job_killed_twice_keeps_every_record_once(cluster, tmp_
         assert details.checkpoints is not None and details.checkpoints.restored_from, run
 
 
+def test_a_spark_stage_in_a_stream_killed_twice_gives_each_intervals_result_once(
+        cluster, tmp_path):
+    (tmp_path / "out").mkdir()
+    target = scenarios.Target(cluster.rest, task_executor_process, str(tmp_path / "out"),
+                              str(tmp_path))
+    scenarios.watched_folder_job_killed_twice_keeps_every_record_once(target, files=12,
+                                                                      spark=True)
+
+
 @pytest.mark.parametrize("parallelism", [(2, 3), (3, 1)])
 def test_stop_with_a_savepoint_then_resume_from_it_at_another_parallelism_keeps_every_record_once(
         cluster, tmp_path, parallelism):

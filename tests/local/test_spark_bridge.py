@@ -35,6 +35,7 @@ class Context:
     attempt_number: int = 0
     job_id: str = "job"
     task_name: str = "spark task (1/1)"
+    checkpointing: bool = False
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def is_cancelled(self) -> bool:
@@ -209,3 +210,58 @@ def test_cancelling_the_task_cancels_its_spark_job(provider, tmp_path):
         run_stage(endless, context, ORDERS.to_batches())
     assert time.monotonic() - started < 30
     assert provider.get().range(3).count() == 3  # the session is fine
+
+
+# --- a Spark stage in a stream ---------------------------------------------------------
+
+def totals(df):
+    from pyspark.sql import functions as F
+    return df.groupBy("k").agg(F.sum("n").alias("n")).orderBy("k")
+
+
+def numbers(*ns: int) -> pa.RecordBatch:
+    return pa.record_batch({"k": [n % 2 for n in ns], "n": list(ns)})
+
+
+def test_in_a_stream_the_stage_runs_once_per_completed_checkpoint_interval(provider, tmp_path):
+    """Interval 1 (1, 2) closes at barrier 1 and runs when checkpoint 1 completes;
+    interval 2 (3) closes at barrier 2, which fails: a restore from checkpoint 1 (the
+    state at barrier 1 had interval 1 pending) runs interval 1 again, and its output is
+    what the restored downstream gets; checkpoint 2's interval runs once it completes."""
+    context = Context(provider, str(tmp_path), checkpointing=True)
+    stage = SparkStage(totals)
+    stage.open(context)
+    assert list(stage.process(numbers(1, 2), 0)) == []
+    state = stage.snapshot_state(1)
+    assert state["input-0"].column("n").to_pylist() == [1, 2]
+    assert list(stage.process(numbers(3), 0)) == []          # not complete yet: held
+    assert pa.Table.from_batches(stage.notify_checkpoint_complete(1)).to_pylist() == [
+        {"k": 0, "n": 2}, {"k": 1, "n": 1}]
+    stage.snapshot_state(2)
+    assert list(stage.notify_checkpoint_complete(1)) == []    # ran already
+    stage.close()
+
+    again = SparkStage(totals)
+    again.open(Context(provider, str(tmp_path), checkpointing=True, attempt_number=1))
+    again.initialize_state(state)
+    out = pa.Table.from_batches(list(again.process(numbers(3), 0))).to_pylist()
+    assert out == [{"k": 0, "n": 2}, {"k": 1, "n": 1}]      # interval 1, again
+    assert again.snapshot_state(2)["input-0"].column("n").to_pylist() == [3]
+    assert pa.Table.from_batches(list(again.notify_checkpoint_complete(2))).to_pylist() == [
+        {"k": 1, "n": 3}]
+    assert list(again.finish()) == []
+    again.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_in_a_stream_empty_intervals_run_nothing_and_the_end_runs_the_rest(provider, tmp_path):
+    stage = SparkStage(totals)
+    stage.open(Context(provider, str(tmp_path), checkpointing=True))
+    stage.snapshot_state(1)
+    assert list(stage.notify_checkpoint_complete(1)) == []   # nothing arrived: no Spark job
+    stage.process(numbers(5), 0)
+    stage.snapshot_state(2)                                   # pending at the end
+    stage.process(numbers(7), 0)
+    assert pa.Table.from_batches(list(stage.finish())).to_pylist() == [
+        {"k": 1, "n": 5}, {"k": 1, "n": 7}]
+    stage.close()
