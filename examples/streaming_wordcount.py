@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args()
 
-    pipeline = Pipeline("streaming wordcount", parallelism=args.parallelism)
+    pipeline = Pipeline("streaming wordcount", parallelism=args.parallelism, mode="streaming")
     lines = pipeline.read_text(args.input, monitor_interval=args.monitor_interval,
                                until_files=args.until_files)
     words = lines.flat_map(words_read_now, name="split words") \

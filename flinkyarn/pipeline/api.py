@@ -19,9 +19,10 @@ runtime. Each transformation accepts:
     uid=                  a stable id of your own (for state and results across changes)
     resources=            a ResourceProfile the operator needs
 
-Batch mode (`batch_mode=True`): every exchange between tasks is blocking and the job is
-scheduled lazily from the sources (pipelined regions); otherwise exchanges are pipelined
-and every task is deployed at once. Data is Arrow: functions get and return
+Batch mode (`batch_mode=True`, or mode="batch"): every exchange between tasks is blocking and the job is
+scheduled lazily from the sources (pipelined regions); otherwise (mode="streaming", the
+default) exchanges are pipelined and every task is deployed at once, as unbounded
+sources need; such a job takes checkpoints when execution.checkpointing.interval is set. Data is Arrow: functions get and return
 pyarrow.RecordBatch.
 
 File outputs: write_parquet/write_csv refuse, before the job is submitted, a folder
@@ -117,9 +118,19 @@ class Pipeline:
     """A program: sources, transformations and sinks, run as one job by `execute()`."""
 
     def __init__(self, name: str, parallelism: int = 1, batch_mode: bool = False,
-                 chaining: bool = True, configuration: Mapping[str, str] | None = None) -> None:
+                 chaining: bool = True, configuration: Mapping[str, str] | None = None,
+                 mode: str | None = None) -> None:
+        """`mode`: Flink's execution.runtime-mode, "streaming" (pipelined exchanges, the
+        default: what an unbounded source needs) or "batch" (as batch_mode=True)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"Pipeline: name must be a non-empty string, not {name!r}")
+        if mode is not None:
+            if mode not in ("streaming", "batch"):
+                raise ValueError(f"Pipeline {name!r}: mode is 'streaming' or 'batch', not {mode!r}")
+            if batch_mode and mode == "streaming":
+                raise ValueError(f"Pipeline {name!r}: batch_mode=True and mode='streaming' "
+                                 f"contradict each other")
+            batch_mode = mode == "batch"
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ValueError(f"Pipeline {name!r}: parallelism must be an int >= 1, "
                              f"not {parallelism!r}")

@@ -558,3 +558,14 @@ def test_a_watched_folder_is_for_streaming_pipelines_with_a_valid_interval():
         streaming.read_text("/in", monitor_interval="soon")
     with pytest.raises(ValueError, match="read_text: .*until_files"):
         streaming.read_text("/in", until_files=3)
+
+
+def test_the_runtime_mode_is_streaming_by_default_or_batch():
+    assert not Pipeline("p").batch_mode and not Pipeline("p", mode="streaming").batch_mode
+    assert Pipeline("p", mode="batch").batch_mode
+    with pytest.raises(ValueError, match="mode is 'streaming' or 'batch', not 'stream'"):
+        Pipeline("p", mode="stream")
+    with pytest.raises(ValueError, match="contradict"):
+        Pipeline("p", batch_mode=True, mode="streaming")
+    with pytest.raises(ValueError, match="an unbounded source; pipeline 'p' is in batch mode"):
+        Pipeline("p", mode="batch").read_text("/tmp/x", monitor_interval=1)
