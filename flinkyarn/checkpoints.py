@@ -49,11 +49,13 @@ METADATA = "_metadata"
 class TaskStateSnapshot(msgspec.Struct, frozen=True):
     """A task's state in one checkpoint: per operator id, the files of its named states
     (name -> path), and how each is shared out (name -> Redistribution; FIXED when
-    missing); `size` in bytes. Empty for a task without state."""
+    missing); `size` in bytes. Empty for a task without state. `alignment`: how long
+    the task waited for the barrier on all its inputs, in seconds (a statistic)."""
 
     operators: dict[str, dict[str, str]] = {}
     size: int = 0
     redistribution: dict[str, dict[str, Redistribution]] = {}
+    alignment: float = 0.0
 
 
 class RescaledState(msgspec.Struct, frozen=True):

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+import msgspec
 import pyarrow as pa
 
 from flinkyarn import checkpoints, retry
@@ -289,7 +290,8 @@ class StreamTask:
                         self._push(1, _call(head, "process", event,
                                             self._channel_input[channel_index]))
                     elif isinstance(event, CheckpointBarrier):
-                        self._checkpoint(event.checkpoint_id, event.timestamp)
+                        self._checkpoint(event.checkpoint_id, event.timestamp,
+                                         self.gate.last_alignment)
                     elif isinstance(event, CheckpointAborted):
                         self._decline(event.checkpoint_id, event.reason)
                     elif isinstance(event, Watermark):
@@ -333,14 +335,14 @@ class StreamTask:
                     self._push(level + 1, _call(operator, "notify_checkpoint_complete",
                                                 control.checkpoint_id))
 
-    def _checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+    def _checkpoint(self, checkpoint_id: int, timestamp: int, alignment: float = 0.0) -> None:
         """The barrier goes on to every output, then the chain's state is written and the
         checkpoint acknowledged (or declined, naming what failed)."""
         try:
             barrier = CheckpointBarrier(checkpoint_id, timestamp)
             for partition in self.partitions:
                 partition.broadcast_event(barrier)
-            snapshot = self._snapshot(checkpoint_id)
+            snapshot = msgspec.structs.replace(self._snapshot(checkpoint_id), alignment=alignment)
         except TaskCancelled:
             raise
         except Exception as error:

@@ -56,8 +56,9 @@ class RestartView(msgspec.Struct, frozen=True):
 
 class CheckpointView(msgspec.Struct, frozen=True):
     """A streaming job's checkpoints (Flink's checkpoint statistics): counts, the last
-    completed one (its duration in s and size in bytes), the last failure, and the
-    checkpoint the latest (re)start restored from."""
+    completed one (its duration in s, size in bytes and the longest barrier alignment of
+    its tasks in s), the last failure, and the checkpoint the latest (re)start restored
+    from."""
 
     triggered: int = 0
     completed: int = 0
@@ -69,6 +70,7 @@ class CheckpointView(msgspec.Struct, frozen=True):
     last_failure: str | None = None
     restored_from: int | None = None
     directory: str = ""
+    last_completed_alignment: float | None = None
 
     def summary(self) -> str:
         """One line for people: `flinkyarn list` and the dashboard."""
@@ -77,7 +79,8 @@ class CheckpointView(msgspec.Struct, frozen=True):
         if self.last_completed_id is not None:
             parts.append(f"last #{self.last_completed_id} "
                          f"({(self.last_completed_duration or 0) * 1000:.0f} ms, "
-                         f"{self.last_completed_size or 0} bytes)")
+                         f"{self.last_completed_size or 0} bytes, aligned in "
+                         f"{(self.last_completed_alignment or 0) * 1000:.0f} ms)")
         if self.restored_from is not None:
             parts.append(f"restored from #{self.restored_from}")
         if self.last_failure:

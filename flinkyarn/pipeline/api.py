@@ -19,10 +19,11 @@ runtime. Each transformation accepts:
     uid=                  a stable id of your own (for state and results across changes)
     resources=            a ResourceProfile the operator needs
 
-Batch mode (`batch_mode=True`, or mode="batch"): every exchange between tasks is blocking and the job is
-scheduled lazily from the sources (pipelined regions); otherwise (mode="streaming", the
-default) exchanges are pipelined and every task is deployed at once, as unbounded
-sources need; such a job takes checkpoints when execution.checkpointing.interval is set. Data is Arrow: functions get and return
+Batch mode (`batch_mode=True`, or mode="batch"): every exchange between tasks is
+blocking and the job is scheduled lazily from the sources (pipelined regions);
+otherwise (mode="streaming", the default) exchanges are pipelined and every task is
+deployed at once, as unbounded sources need; such a job takes checkpoints when
+execution.checkpointing.interval is set. Data is Arrow: functions get and return
 pyarrow.RecordBatch.
 
 File outputs: write_parquet/write_csv refuse, before the job is submitted, a folder

@@ -11,6 +11,7 @@ blocked on one consumer's full subpartition stops feeding the others.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
@@ -296,6 +297,8 @@ class InputGate:
         # Alignment (task thread, under _cond): the barrier aligned and the channels it
         # came on; per channel, the id of the barrier it waits behind (reader threads).
         self._aligning: CheckpointBarrier | None = None
+        self._aligning_since = 0.0   # when its first barrier came (monotonic)
+        self.last_alignment = 0.0    # how long the last aligned barrier took to come on all, s
         self._arrived: set[int] = set()
         self._ended: set[int] = set()
         self._newest = -1
@@ -374,6 +377,7 @@ class InputGate:
             self._release_all()
         if self._aligning is None:
             self._aligning, self._arrived = barrier, set()
+            self._aligning_since = time.monotonic()
             self._newest = barrier.checkpoint_id
         self._arrived.add(index)
         return yielded + self._check_aligned()
@@ -382,6 +386,7 @@ class InputGate:
         if self._aligning is None or len(self._arrived | self._ended) < len(self.channels):
             return []
         barrier, self._aligning = self._aligning, None
+        self.last_alignment = time.monotonic() - self._aligning_since
         self._release_all()
         return [barrier]
 

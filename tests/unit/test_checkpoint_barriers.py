@@ -8,6 +8,8 @@ deadline that only bounds a hang."""
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -77,8 +79,10 @@ def test_a_blocking_partition_refuses_barriers(tmp_path):
 def test_a_channel_past_its_barrier_is_held_back_until_the_barrier_came_on_every_channel(
         manager, tmp_path):
     fast, slow = partitions(manager, tmp_path, 2)
-    reader = Reader(gate_of(manager, 2))
+    gate = gate_of(manager, 2)
+    reader = Reader(gate)
     fast.emit(0, batch(10))
+    first_barrier = time.monotonic()
     fast.broadcast_event(barrier(1))
     fast.emit(0, batch(11))  # after the barrier: checkpoint 2's
     slow.emit(0, batch(20))
@@ -88,8 +92,11 @@ def test_a_channel_past_its_barrier_is_held_back_until_the_barrier_came_on_every
     slow.emit(0, batch(21))
     wait_for(lambda: len(reader.events) == 3, 30, "the slow channel's second batch")
     assert [value(b) for _, b in reader.events][2] == 21
+    wait_for(lambda: gate.aligning == 1, 30, "the gate aligning barrier 1")
+    time.sleep(0.2)  # what the alignment statistic must show at least
     slow.broadcast_event(barrier(1))
     wait_for(lambda: len(reader.events) == 5, 30, "the aligned barrier and batch 11")
+    assert 0.2 <= gate.last_alignment <= time.monotonic() - first_barrier
     assert [value(b) for _, b in reader.events][3:] == [barrier(1), 11]
     for partition in (fast, slow):
         partition.finish()

@@ -243,9 +243,10 @@ def test_a_streaming_job_shows_its_checkpoints():
         checkpoints=CheckpointView(triggered=9, completed=7, failed=1, in_progress=1,
                                    last_completed_id=8, last_completed_duration=0.125,
                                    last_completed_size=2048, restored_from=5,
+                                   last_completed_alignment=0.0125,
                                    last_failure="checkpoint 3: it expired <late>\nmore"))
     html = page(FakeDispatcher([], [streaming]))
 
     assert ('id="checkpoints-j-st">checkpoints: 7 completed, 1 failed, 1 in progress; last #8 '
-            '(125 ms, 2048 bytes); restored from #5; last failure: checkpoint 3: it expired '
+            '(125 ms, 2048 bytes, aligned in 12 ms); restored from #5; last failure: checkpoint 3: it expired '
             '&lt;late&gt;</p>') in html

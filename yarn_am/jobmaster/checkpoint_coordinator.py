@@ -87,6 +87,7 @@ class CheckpointStats:
     last_completed_id: int | None = None
     last_completed_duration: float | None = None
     last_completed_size: int | None = None
+    last_completed_alignment: float | None = None  # the longest of its tasks', s
     last_failure: str | None = None
 
 
@@ -167,7 +168,8 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
                                    dict(pending.acknowledged), pending.savepoint)
 
     def completed_written(self, completed: CompletedCheckpoint[Task, Snapshot], size: int,
-                          now: float) -> list[CompletedCheckpoint[Task, Snapshot]]:
+                          now: float, alignment: float = 0.0
+                          ) -> list[CompletedCheckpoint[Task, Snapshot]]:
         """The completed checkpoint's metadata is durable: it is the newest to restore
         from. Returns the older ones beyond state.checkpoints.num-retained, to delete."""
         self.completed.append(completed)
@@ -180,6 +182,7 @@ class CheckpointCoordinator(Generic[Task, Snapshot]):
         self.stats.last_completed_id = completed.checkpoint_id
         self.stats.last_completed_duration = completed.duration
         self.stats.last_completed_size = size
+        self.stats.last_completed_alignment = alignment
         # Older pending checkpoints are subsumed: this one is newer and complete.
         for older in [i for i, p in self.pending.items()
                       if i < completed.checkpoint_id and not p.savepoint]:

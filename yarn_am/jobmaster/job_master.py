@@ -527,7 +527,8 @@ class JobMaster(RpcEndpoint):
         size = sum(snapshot.size for snapshot in completed.snapshots.values())
         log.info("job %s: checkpoint %d completed in %.2f s (%d bytes)", self.job_id,
                  completed.checkpoint_id, completed.duration, size)
-        for old in coordinator.completed_written(completed, size, self._now()):
+        alignment = max((s.alignment for s in completed.snapshots.values()), default=0.0)
+        for old in coordinator.completed_written(completed, size, self._now(), alignment):
             await self._discard_checkpoint(old.checkpoint_id)
         if not self._terminating:
             self._confirm(completed.checkpoint_id)
@@ -645,7 +646,8 @@ class JobMaster(RpcEndpoint):
         return CheckpointView(stats.triggered, stats.completed, stats.failed,
                               len(coordinator.pending), stats.last_completed_id,
                               stats.last_completed_duration, stats.last_completed_size,
-                              stats.last_failure, self.restored_from, self._checkpoint_dir)
+                              stats.last_failure, self.restored_from, self._checkpoint_dir,
+                              stats.last_completed_alignment)
 
     # ----------------------------------------------------------------- commands
 
