@@ -128,7 +128,8 @@ def test_a_watched_folder_on_hdfs_job_killed_twice_keeps_every_record_once(one_s
     assert listed.returncode == 0, listed.stderr
     # (A checkpoint may complete while the finished job's AppMaster side winds down.)
     assert re.search(r"checkpoints: \d+ completed, \d+ failed, 0 in progress; last #\d+ "
-                     r"\(\d+ ms, \d+ bytes\); restored from #\d+", listed.stdout), listed.stdout
+                     r"\(\d+ ms, \d+ bytes, aligned in \d+ ms\); restored from #\d+",
+                     listed.stdout), listed.stdout
 
 
 def test_stop_with_a_savepoint_on_hdfs_then_resume_from_it(one_slot_session):
