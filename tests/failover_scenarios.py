@@ -278,26 +278,26 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
 def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, files: int = 24,
                                                               lines: int = 50, spark: bool = False
                                                               ) -> JobDetails:
-    """Issue 14's test without the savepoint: a streaming job watches a folder fed while it
-    runs (`files` files of `lines` numbers, renamed into place one by one), counts per key
-    and writes every record through the exactly-once sink; a TaskExecutor is SIGKILLed a
-    third of the way in and again two thirds in (once the job runs again and took a new
-    checkpoint). The source ends after the last file; then the output holds every record
-    once and the counts are exact. With `spark`, a Spark stage also sums each checkpoint
-    interval's numbers per key into a third output: its sums add up to each key's total
-    (each interval's result written once)."""
+    """Issue 14's test: an unbounded streaming job watches a folder fed while it runs
+    (`files` files of `lines` numbers, renamed into place one by one), keeps a running
+    count per key (a keyed process function's value state, emitted with every batch) and
+    writes every record and every count through the exactly-once sink; a TaskExecutor is
+    SIGKILLed a third of the way in and again two thirds in (once the job runs again and
+    took a new checkpoint). Once the input is exhausted (every record committed), the job
+    is stopped with a savepoint: the output holds every record once, no key's running
+    count twice, and each key's last count is exact. With `spark`, a Spark stage also
+    sums each checkpoint interval's numbers per key into a third output: its sums add up
+    to each key's total (each interval's result written once)."""
     feed = jobs.join(target.scratch, f"feed-{uuid.uuid4().hex[:8]}")
     jobs.make_folder(feed)
-    counts, records = target.output("counts"), target.output("records")
+    counts, records, sums = target.output("counts"), target.output("records"), target.output("sums")
     p = Pipeline("watched folder", parallelism=2, configuration={
         **RESTARTING, "restart-strategy.fixed-delay.attempts": "5",
         "execution.checkpointing.interval": "500 ms" if spark else "100 ms",
         "state.checkpoints.dir": jobs.join(target.scratch, "checkpoints")})
-    keyed = p.read_text(feed, monitor_interval=0.05, until_files=files) \
-        .map(jobs.numbered, name="parse").key_by("k")
-    keyed.count().write_parquet(counts)
+    keyed = p.read_text(feed, monitor_interval=0.05).map(jobs.numbered, name="parse").key_by("k")
+    keyed.process(jobs.running_count).write_parquet(counts)
     keyed.write_parquet(records)
-    sums = target.output("sums")
     if spark:
         keyed.spark(jobs.interval_sums).write_parquet(sums)
     job_id = target.submit(p)
@@ -321,19 +321,36 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
             except AssertionError as error:
                 raise AssertionError(f"{error}: {target.rest.job(job_id)}") from None
         time.sleep(0.05)
+    total = files * lines
+    wait_for(lambda: committed_rows(records) == total, 120, "every record committed")
+    target.rest.savepoint(job_id, jobs.join(target.scratch, "savepoints"), stop=True, timeout=60)
     details = target.result(job_id)
     assert details.status == "FINISHED", details.failure_cause
     assert details.restarts >= 2, details.restart_history
-    assert_each_record_once(records, counts, files * lines)
+    assert sorted(read(records).column("n").to_pylist()) == list(range(1, total + 1))
+    running: dict[int, list[int]] = {}
+    for row in read(counts).to_pylist():
+        running.setdefault(row["k"], []).append(row["count"])
+    for k in range(4):
+        mine = sum(1 for n in range(1, total + 1) if n % 4 == k)
+        assert len(set(running[k])) == len(running[k]), (k, sorted(running[k]))  # none twice
+        assert max(running[k]) == mine, k
     if spark:
         table = read(sums)
         per_key: dict[int, int] = {}
         for k, n in zip(table.column("k").to_pylist(), table.column("n").to_pylist()):
             per_key[k] = per_key.get(k, 0) + n
-        total = files * lines
         assert per_key == {k: sum(n for n in range(1, total + 1) if n % 4 == k) for k in range(4)}
         assert table.num_rows > 4  # more than one interval
     return details
+
+
+def committed_rows(folder: str) -> int:
+    """The rows of the visible part files of a sink's folder (0 before there are any)."""
+    try:
+        return read(folder).num_rows
+    except (FileNotFoundError, pa.ArrowInvalid):
+        return 0
 
 
 def watched_counting(feed: str, records: str, counts: str, files: int, parallelism: int = 2,

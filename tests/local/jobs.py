@@ -194,6 +194,13 @@ class TallyPerKey(KeyedProcessFunction):
                                 "digits": [sum(state.map("digits").values())]})
 
 
+def running_count(key, rows, state):
+    """A keyed process function: the key's count so far, emitted with each of its batches."""
+    count = state.value("count", default=0)
+    count.update(count.value() + rows.num_rows)
+    return pa.record_batch({"k": [key[0]], "count": pa.array([count.value()], pa.int64())})
+
+
 def interval_sums(df):
     """A Spark stage: the sum of n per k of what it gets."""
     from pyspark.sql import functions as F
