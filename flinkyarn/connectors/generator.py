@@ -1,9 +1,13 @@
-"""A bounded source whose data comes from a function, for tests and examples."""
+"""Sources whose data comes from a function: the generator (for tests and examples) and
+the data generator (Flink's DataGeneratorSource: numbered rows at a limited rate,
+bounded or not)."""
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterable, Iterator, Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from flinkyarn.connectors.files import Position, cap_rows
@@ -52,3 +56,73 @@ class GeneratorSource(SourceOperator):
             else:
                 raise TypeError(f"{self.name}: the function yielded a {type(item).__name__}, "
                                 "not a pyarrow.RecordBatch or Table")
+
+
+class DataGeneratorSource(SourceOperator):
+    """Flink's DataGeneratorSource with a RateLimiterStrategy: rows made by
+    `fn(indices)` (a RecordBatch or Table for an int64 Array of row numbers) for the row
+    numbers 0, 1, 2, ... up to `count` (None: without end, an unbounded source), at most
+    `rows_per_second` in all (None: as fast as it goes), shared evenly by the subtasks:
+    subtask i of p makes the numbers i, i + p, i + 2p, ... `fn` must give the same rows
+    for the same numbers in every attempt.
+
+    A subtask makes about ten batches a second at its rate (at most
+    context.batch_size rows each) and waits between them, yielding None (its task takes
+    checkpoint triggers meanwhile). Its position, how many of its numbers it emitted, is
+    its state: a restored subtask goes on from there. The numbers depend on the
+    parallelism, so the position pins it (a savepoint resumes at the same parallelism).
+    """
+
+    def __init__(self, fn: Callable[[pa.Array], pa.RecordBatch | pa.Table],
+                 count: int | None = None, rows_per_second: float | None = None,
+                 name: str | None = None) -> None:
+        self.fn = fn
+        self.name = f"Source: {name or 'data-generator(' + getattr(fn, '__name__', 'fn') + ')'}"
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                  or count < 0):
+            raise ValueError(f"{self.name}: count must be an int >= 0 or None, not {count!r}")
+        if rows_per_second is not None and not rows_per_second > 0:
+            raise ValueError(f"{self.name}: rows_per_second must be greater than 0, not "
+                             f"{rows_per_second!r}")
+        self.count = count
+        self.rows_per_second = rows_per_second
+        self._emitted = 0
+
+    def read(self) -> Iterator[pa.RecordBatch | None]:
+        index, parallelism = self.context.subtask_index, self.context.parallelism
+        mine = None if self.count is None else max(0, (self.count - index + parallelism - 1)
+                                                    // parallelism)
+        rate = None if self.rows_per_second is None else self.rows_per_second / parallelism
+        chunk = int(self.context.batch_size) if rate is None else \
+            max(1, min(int(self.context.batch_size), int(rate / 10)))
+        started, made = time.monotonic(), 0  # the rate counts from this attempt's start
+        while mine is None or self._emitted < mine:
+            rows = chunk if mine is None else min(chunk, mine - self._emitted)
+            if rate is not None:
+                due = started + made / rate
+                while (wait := due - time.monotonic()) > 0:
+                    yield None
+                    time.sleep(min(0.05, wait))
+            numbers = index + parallelism * np.arange(self._emitted, self._emitted + rows,
+                                                      dtype=np.int64)
+            batches = self._batches(pa.array(numbers, pa.int64()))
+            self._emitted += rows
+            made += rows
+            yield from batches
+
+    def _batches(self, numbers: pa.Array) -> list[pa.RecordBatch]:
+        result = self.fn(numbers)
+        if isinstance(result, pa.RecordBatch):
+            batches = [result]
+        elif isinstance(result, pa.Table):
+            batches = result.to_batches()
+        else:
+            raise TypeError(f"{self.name}: the function returned a {type(result).__name__}, "
+                            f"not a pyarrow.RecordBatch or Table")
+        return list(cap_rows(batches, self.context.batch_size))
+
+    def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
+        return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
+
+    def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
+        self._emitted = state["position"].column("emitted")[0].as_py()

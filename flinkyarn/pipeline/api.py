@@ -222,6 +222,24 @@ class Pipeline:
                                slot_sharing_group=slot_sharing_group, uid=uid,
                                resources=resources)
 
+    def from_data_generator(self, fn: Callable[[pa.Array], pa.RecordBatch | pa.Table], *,
+                            count: int | None = None, rows_per_second: float | None = None,
+                            name: str | None = None, parallelism: int | None = None,
+                            slot_sharing_group: str | None = None, uid: str | None = None,
+                            resources: ResourceProfile | None = None) -> DataStream:
+        """Rows made by fn(row numbers) for the numbers 0, 1, 2, ... up to `count` (None:
+        an unbounded source, a streaming pipeline only), at most `rows_per_second` in
+        all (Flink's DataGeneratorSource; see flinkyarn.connectors.generator)."""
+        _check_callable("from_data_generator", fn, 1)
+        self._check_open("from_data_generator")
+        if count is None and self.batch_mode:
+            raise ValueError(f"from_data_generator: without a count it is an unbounded source; "
+                             f"pipeline {self.name!r} is in batch mode")
+        from flinkyarn.connectors.generator import DataGeneratorSource
+        return self.add_source(DataGeneratorSource(fn, count, rows_per_second), name=name,
+                               parallelism=parallelism, slot_sharing_group=slot_sharing_group,
+                               uid=uid, resources=resources)
+
     def add_source(self, source: SourceOperator, *, name: str | None = None,
                    parallelism: int | None = None, slot_sharing_group: str | None = None,
                    uid: str | None = None, resources: ResourceProfile | None = None

@@ -201,6 +201,11 @@ def running_count(key, rows, state):
     return pa.record_batch({"k": [key[0]], "count": pa.array([count.value()], pa.int64())})
 
 
+def as_rows(numbers: pa.Array) -> pa.RecordBatch:
+    """A data generator's function: a column n of the row numbers."""
+    return pa.record_batch({"n": numbers})
+
+
 def interval_sums(df):
     """A Spark stage: the sum of n per k of what it gets."""
     from pyspark.sql import functions as F

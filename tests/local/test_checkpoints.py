@@ -4,12 +4,16 @@ tests/failover_scenarios.py's)."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pyarrow.compute as pc
 import pytest
 
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
-from tests.local.conftest import task_executor_process
+from tests.local import jobs
+from tests.local.conftest import task_executor_process, wait_for
 from tests.local.jobs import SlowSnapshots, slow_numbers
 from yarn_client.rest_client import RestError
 
@@ -60,6 +64,35 @@ def test_a_watched_folder_job_killed_twice_keeps_every_record_once(cluster, tmp_
     for run in range(10):
         details = scenarios.watched_folder_job_killed_twice_keeps_every_record_once(target)
         assert details.checkpoints is not None and details.checkpoints.restored_from, run
+
+
+def test_a_rate_limited_data_generator_killed_once_then_stopped_keeps_every_row_once(
+        cluster, tmp_path):
+    """An unbounded data generator (2000 rows/s over two subtasks) into the exactly-once
+    sink; a TaskExecutor is SIGKILLed after two checkpoints, the job goes on from its
+    checkpoint and is stopped with a savepoint: each subtask's numbers (n % 2) are there
+    from the first without a gap, and none twice."""
+    out = str(tmp_path / "out")
+    p = Pipeline("generated", parallelism=2, configuration={
+        **scenarios.RESTARTING, "execution.checkpointing.interval": "100 ms",
+        "state.checkpoints.dir": str(tmp_path / "checkpoints")})
+    p.from_data_generator(jobs.as_rows, rows_per_second=2000).write_parquet(out)
+    job = cluster.rest.submit(p.job_graph())
+    wait_for(lambda: (v := cluster.rest.job(job).checkpoints) and v.completed >= 2, 60,
+             "two checkpoints")
+    victim = cluster.rest.overview().task_executors[0].resource_id
+    os.kill(task_executor_process(victim), signal.SIGKILL)
+    wait_for(lambda: (v := cluster.rest.job(job).checkpoints) and v.restored_from is not None
+             and v.completed >= 4, 120, "checkpoints after the restart")
+    cluster.rest.savepoint(job, str(tmp_path / "savepoints"), stop=True, timeout=60)
+    target = scenarios.Target(cluster.rest, task_executor_process, out, str(tmp_path))
+    details = target.result(job)
+    assert details.status == "FINISHED" and details.restarts >= 1, details.failure_cause
+    numbers = scenarios.read(out).column("n").to_pylist()
+    assert len(numbers) == len(set(numbers)) > 100
+    for subtask in (0, 1):
+        mine = sorted(n for n in numbers if n % 2 == subtask)
+        assert mine == list(range(subtask, 2 * len(mine), 2)), subtask
 
 
 def test_a_spark_stage_in_a_stream_killed_twice_gives_each_intervals_result_once(
