@@ -280,7 +280,7 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
                                                               ) -> JobDetails:
     """Issue 14's test: an unbounded streaming job watches a folder fed while it runs
     (`files` files of `lines` numbers, renamed into place one by one), keeps a running
-    count per key (a keyed process function's value state, emitted with every batch) and
+    count per key (a rolling aggregation: each batch's keys' counts go out) and
     writes every record and every count through the exactly-once sink; a TaskExecutor is
     SIGKILLed a third of the way in and again two thirds in (once the job runs again and
     took a new checkpoint). Once the input is exhausted (every record committed), the job
@@ -296,7 +296,7 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
         "execution.checkpointing.interval": "500 ms" if spark else "100 ms",
         "state.checkpoints.dir": jobs.join(target.scratch, "checkpoints")})
     keyed = p.read_text(feed, monitor_interval=0.05).map(jobs.numbered, name="parse").key_by("k")
-    keyed.process(jobs.running_count).write_parquet(counts)
+    keyed.count(running=True).write_parquet(counts)
     keyed.write_parquet(records)
     if spark:
         keyed.spark(jobs.interval_sums).write_parquet(sums)

@@ -585,44 +585,46 @@ class KeyedStream(DataStream):
 
     def count(self, *, name: str | None = None, parallelism: int | None = None,
               slot_sharing_group: str | None = None, uid: str | None = None,
-              resources: ResourceProfile | None = None) -> DataStream:
-        """Rows per key: the key columns and "count"."""
+              resources: ResourceProfile | None = None, running: bool = False) -> DataStream:
+        """Rows per key: the key columns and "count". `running` (this and the other
+        aggregations): a rolling aggregation, which emits the updated row of each key of
+        every batch instead of one row per key at the end (for unbounded input)."""
         return self._aggregate([Aggregation(None, "count", output_name(None, "count"))],
                                name or "count", parallelism, slot_sharing_group, uid,
-                               resources)
+                               resources, running)
 
     def sum(self, column: str, *, name: str | None = None, parallelism: int | None = None,
             slot_sharing_group: str | None = None, uid: str | None = None,
-            resources: ResourceProfile | None = None) -> DataStream:
+            resources: ResourceProfile | None = None, running: bool = False) -> DataStream:
         """The sum of `column` per key, in "<column>_sum"."""
         return self._single("sum", column, name, parallelism, slot_sharing_group, uid,
-                            resources)
+                            resources, running)
 
     def min(self, column: str, *, name: str | None = None, parallelism: int | None = None,
             slot_sharing_group: str | None = None, uid: str | None = None,
-            resources: ResourceProfile | None = None) -> DataStream:
+            resources: ResourceProfile | None = None, running: bool = False) -> DataStream:
         """The least value of `column` per key, in "<column>_min"."""
         return self._single("min", column, name, parallelism, slot_sharing_group, uid,
-                            resources)
+                            resources, running)
 
     def max(self, column: str, *, name: str | None = None, parallelism: int | None = None,
             slot_sharing_group: str | None = None, uid: str | None = None,
-            resources: ResourceProfile | None = None) -> DataStream:
+            resources: ResourceProfile | None = None, running: bool = False) -> DataStream:
         """The greatest value of `column` per key, in "<column>_max"."""
         return self._single("max", column, name, parallelism, slot_sharing_group, uid,
-                            resources)
+                            resources, running)
 
     def mean(self, column: str, *, name: str | None = None, parallelism: int | None = None,
             slot_sharing_group: str | None = None, uid: str | None = None,
-            resources: ResourceProfile | None = None) -> DataStream:
+            resources: ResourceProfile | None = None, running: bool = False) -> DataStream:
         """The mean of `column`'s non-null values per key (float64), in "<column>_mean"."""
         return self._single("mean", column, name, parallelism, slot_sharing_group, uid,
-                            resources)
+                            resources, running)
 
     def aggregate(self, aggregations: Mapping[str, str | Sequence[str]], *,
                   name: str | None = None, parallelism: int | None = None,
                   slot_sharing_group: str | None = None, uid: str | None = None,
-                  resources: ResourceProfile | None = None) -> DataStream:
+                  resources: ResourceProfile | None = None, running: bool = False) -> DataStream:
         """Several aggregations at once: {"n": "sum", "price": ["min", "max", "mean"]}
         gives the key columns, "n_sum", "price_min", "price_max", "price_mean".
         Functions: count (non-null values), sum, min, max, mean."""
@@ -631,7 +633,8 @@ class KeyedStream(DataStream):
             specs = aggregations_from_spec(aggregations)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
-        return self._aggregate(specs, what, parallelism, slot_sharing_group, uid, resources)
+        return self._aggregate(specs, what, parallelism, slot_sharing_group, uid, resources,
+                               running)
 
     def process(self, fn: KeyedProcessFunction | Callable[[tuple[Any, ...], pa.RecordBatch, KeyedState], Any],
                 *, name: str | None = None, parallelism: int | None = None,
@@ -666,17 +669,18 @@ class KeyedStream(DataStream):
 
     def _single(self, function: str, column: str, name: str | None, parallelism: int | None,
                 slot_sharing_group: str | None, uid: str | None,
-                resources: ResourceProfile | None) -> DataStream:
+                resources: ResourceProfile | None, running: bool = False) -> DataStream:
         if not isinstance(column, str) or not column:
             raise ValueError(f"{name or function}: expected a column name, not {column!r}")
         return self._aggregate([Aggregation(column, function, output_name(column, function))],
                                name or f"{function}({column})", parallelism,
-                               slot_sharing_group, uid, resources)
+                               slot_sharing_group, uid, resources, running)
 
     def _aggregate(self, aggregations: list[Aggregation], name: str, parallelism: int | None,
                    slot_sharing_group: str | None, uid: str | None,
-                   resources: ResourceProfile | None) -> DataStream:
-        operator = KeyedAggregateOperator(self.key_columns, aggregations, name=name)
+                   resources: ResourceProfile | None, running: bool = False) -> DataStream:
+        operator = KeyedAggregateOperator(self.key_columns, aggregations, name=name,
+                                          running=running)
         node = self._pipeline._add_node(operator, [self], "", name, parallelism,
                                         slot_sharing_group, uid, resources,
                                         ChainingStrategy.HEAD)
@@ -697,7 +701,10 @@ class WindowedStream(KeyedStream):
 
     def _aggregate(self, aggregations: list[Aggregation], name: str, parallelism: int | None,
                    slot_sharing_group: str | None, uid: str | None,
-                   resources: ResourceProfile | None) -> DataStream:
+                   resources: ResourceProfile | None, running: bool = False) -> DataStream:
+        if running:
+            raise ValueError(f"{name}: a window's aggregation emits when the window fires; "
+                             f"running applies to a keyed stream's")
         from flinkyarn.pipeline.event_time import WindowAggregateOperator
         try:
             operator = WindowAggregateOperator(self.key_columns, self.time_column, self.assigner,

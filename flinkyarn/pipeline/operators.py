@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from flinkyarn import key_groups
-from flinkyarn.key_groups import Redistribution
+from flinkyarn.key_groups import Redistribution, hash_rows
 from flinkyarn.pipeline.operator import Operator, OperatorContext
 
 
@@ -190,6 +191,10 @@ class KeyedAggregateOperator(Operator):
     the key columns first, then one column per aggregation (see `output_name`), groups
     in order of first appearance, in batches of at most context.batch_size rows.
 
+    `running` (a rolling aggregation, as Flink's DataStream sum/min/max on an unbounded
+    stream): after each batch it emits the updated row of every key of the batch, and
+    nothing at the end.
+
     Each batch is reduced to partial aggregates at once (sum, count, min, max; a mean
     is a sum and a count), and partials are merged every MERGE_EVERY batches, so memory
     grows with the number of distinct keys, not with the input. The merged partials are
@@ -201,7 +206,8 @@ class KeyedAggregateOperator(Operator):
     MERGE_EVERY = 16
 
     def __init__(self, key_columns: Sequence[str], aggregations: Sequence[Aggregation],
-                 name: str = "aggregate") -> None:
+                 name: str = "aggregate", running: bool = False) -> None:
+        self.running = bool(running)
         self.key_columns = tuple(key_columns)
         self.aggregations = tuple(aggregations)
         self.name = name
@@ -223,10 +229,24 @@ class KeyedAggregateOperator(Operator):
 
     def process(self, batch: pa.RecordBatch, input_index: int) -> Iterable[pa.RecordBatch]:
         if batch.num_rows:
-            self._pending.append(self._partial(batch))
+            partial = self._partial(batch)
+            self._pending.append(partial)
+            if self.running:
+                return self._updates(partial)
             if len(self._pending) >= self.MERGE_EVERY:
                 self._merge()
         return ()
+
+    def _updates(self, partial: pa.Table) -> list[pa.RecordBatch]:
+        """The current rows of the keys of `partial` (a batch's partial aggregates)."""
+        self._merge()
+        assert self._merged is not None
+        keys = [f"k{i}" for i in range(len(self.key_columns))]
+        changed = np.isin(_row_hashes(self._merged, keys), _row_hashes(partial, keys))
+        table = self._final(self._merged.filter(pa.array(changed))).combine_chunks()
+        batches: list[pa.RecordBatch] = table.to_batches(
+            max_chunksize=max(1, int(self.context.batch_size)))
+        return batches
 
     def merged_partials(self) -> pa.Table | None:
         """The partial aggregates per key so far, merged (columns k0.. for the keys, p0..
@@ -257,7 +277,7 @@ class KeyedAggregateOperator(Operator):
     def finish(self) -> Iterable[pa.RecordBatch]:
         self._merge()
         merged, self._merged = self._merged, None
-        if merged is None:
+        if merged is None or self.running:  # a running one emitted every update already
             return ()
         result = self._final(merged).combine_chunks()
         batches: list[pa.RecordBatch] = result.to_batches(
@@ -327,3 +347,9 @@ class KeyedAggregateOperator(Operator):
         return pa.Table.from_arrays(columns,
                                     names=[*self.key_columns,
                                            *(a.output for a in self.aggregations)])
+
+
+def _row_hashes(table: pa.Table, columns: list[str]) -> np.ndarray:
+    """hash_rows of a table's `columns` (one hash per row)."""
+    return hash_rows(pa.record_batch([table.column(c).combine_chunks() for c in columns],
+                                     names=columns), columns)

@@ -194,13 +194,6 @@ class TallyPerKey(KeyedProcessFunction):
                                 "digits": [sum(state.map("digits").values())]})
 
 
-def running_count(key, rows, state):
-    """A keyed process function: the key's count so far, emitted with each of its batches."""
-    count = state.value("count", default=0)
-    count.update(count.value() + rows.num_rows)
-    return pa.record_batch({"k": [key[0]], "count": pa.array([count.value()], pa.int64())})
-
-
 def as_rows(numbers: pa.Array) -> pa.RecordBatch:
     """A data generator's function: a column n of the row numbers."""
     return pa.record_batch({"n": numbers})

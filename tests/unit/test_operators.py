@@ -277,3 +277,18 @@ def test_operators_survive_cloudpickle_with_their_functions():
                                                                name="tail")))
     assert operator.name == "tail"
     assert rows(run(operator, WORDS)) == WORDS.to_pylist()[1:]
+
+
+def test_a_running_aggregation_emits_each_batchs_keys_updated_and_nothing_at_the_end():
+    """Flink's rolling aggregation on an unbounded stream: after each batch, the current
+    row of every key in it (keys with nulls too), other keys untouched."""
+    operator = KeyedAggregateOperator(["k"], [Aggregation(None, "count", "count"),
+                                              Aggregation("n", "sum", "n_sum")], running=True)
+    out = run(operator,
+              pa.record_batch({"k": ["a", "b", "a"], "n": [1, 2, 3]}),
+              pa.record_batch({"k": pa.array(["b", None], pa.string()), "n": [10, 5]}),
+              pa.record_batch({"k": ["a"], "n": [100]}))
+    assert rows(out) == [
+        {"k": "a", "count": 2, "n_sum": 4}, {"k": "b", "count": 1, "n_sum": 2},
+        {"k": "b", "count": 2, "n_sum": 12}, {"k": None, "count": 1, "n_sum": 5},
+        {"k": "a", "count": 3, "n_sum": 104}]
