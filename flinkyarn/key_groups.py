@@ -103,10 +103,15 @@ def operator_indices(hashes: np.ndarray, max_parallelism: int, parallelism: int)
 def key_groups(table: pa.Table | pa.RecordBatch, key_columns: Sequence[str],
                max_parallelism: int) -> np.ndarray:
     """The key group of each row of `table` (its keys in `key_columns`)."""
+    return (hash_table_rows(table, key_columns) % np.uint64(max_parallelism)).astype(np.int64)
+
+
+def hash_table_rows(table: pa.Table | pa.RecordBatch, key_columns: Sequence[str]) -> np.ndarray:
+    """hash_rows of a table (its chunks combined) or of a batch."""
     if isinstance(table, pa.Table):
         table = pa.record_batch([table.column(c).combine_chunks() for c in key_columns],
                                 names=list(key_columns))
-    return (hash_rows(table, key_columns) % np.uint64(max_parallelism)).astype(np.int64)
+    return hash_rows(table, key_columns)
 
 
 def hash_rows(batch: pa.RecordBatch, key_columns: Sequence[str]) -> np.ndarray:

@@ -86,7 +86,7 @@ class DataGeneratorSource(SourceOperator):
                              f"{rows_per_second!r}")
         self.count = count
         self.rows_per_second = rows_per_second
-        self._emitted = 0
+        self._position = Position()  # its `emitted`: how many of its numbers went out
 
     def read(self) -> Iterator[pa.RecordBatch | None]:
         index, parallelism = self.context.subtask_index, self.context.parallelism
@@ -95,18 +95,19 @@ class DataGeneratorSource(SourceOperator):
         rate = None if self.rows_per_second is None else self.rows_per_second / parallelism
         chunk = int(self.context.batch_size) if rate is None else \
             max(1, min(int(self.context.batch_size), int(rate / 10)))
+        position = self._position
         started, made = time.monotonic(), 0  # the rate counts from this attempt's start
-        while mine is None or self._emitted < mine:
-            rows = chunk if mine is None else min(chunk, mine - self._emitted)
+        while mine is None or position.emitted < mine:
+            rows = chunk if mine is None else min(chunk, mine - position.emitted)
             if rate is not None:
                 due = started + made / rate
                 while (wait := due - time.monotonic()) > 0:
                     yield None
                     time.sleep(min(0.05, wait))
-            numbers = index + parallelism * np.arange(self._emitted, self._emitted + rows,
+            numbers = index + parallelism * np.arange(position.emitted, position.emitted + rows,
                                                       dtype=np.int64)
             batches = self._batches(pa.array(numbers, pa.int64()))
-            self._emitted += rows
+            position.emitted += rows
             made += rows
             yield from batches
 
@@ -122,7 +123,7 @@ class DataGeneratorSource(SourceOperator):
         return list(cap_rows(batches, self.context.batch_size))
 
     def snapshot_state(self, checkpoint_id: int) -> Mapping[str, pa.Table]:
-        return {"position": pa.table({"emitted": pa.array([self._emitted], pa.int64())})}
+        return self._position.state()
 
     def initialize_state(self, state: Mapping[str, pa.Table]) -> None:
-        self._emitted = state["position"].column("emitted")[0].as_py()
+        self._position.restore(state)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from flinkyarn import key_groups
-from flinkyarn.key_groups import Redistribution, hash_rows
+from flinkyarn.key_groups import Redistribution, hash_table_rows
 from flinkyarn.pipeline.operator import Operator, OperatorContext
 
 
@@ -242,7 +242,7 @@ class KeyedAggregateOperator(Operator):
         self._merge()
         assert self._merged is not None
         keys = [f"k{i}" for i in range(len(self.key_columns))]
-        changed = np.isin(_row_hashes(self._merged, keys), _row_hashes(partial, keys))
+        changed = np.isin(hash_table_rows(self._merged, keys), hash_table_rows(partial, keys))
         table = self._final(self._merged.filter(pa.array(changed))).combine_chunks()
         batches: list[pa.RecordBatch] = table.to_batches(
             max_chunksize=max(1, int(self.context.batch_size)))
@@ -347,9 +347,3 @@ class KeyedAggregateOperator(Operator):
         return pa.Table.from_arrays(columns,
                                     names=[*self.key_columns,
                                            *(a.output for a in self.aggregations)])
-
-
-def _row_hashes(table: pa.Table, columns: list[str]) -> np.ndarray:
-    """hash_rows of a table's `columns` (one hash per row)."""
-    return hash_rows(pa.record_batch([table.column(c).combine_chunks() for c in columns],
-                                     names=columns), columns)
