@@ -8,8 +8,8 @@ a container's process group, and the driver has a group of its own so that cance
 it cannot hit the TaskExecutor), then runs SCRIPT as `python SCRIPT ARGS` would:
 `__main__`, `sys.argv == [SCRIPT, *ARGS]`, the script's folder first on `sys.path`, and
 the exit status of `sys.exit()` or of an uncaught exception (1, traceback on stderr).
-Standard library only: nothing here may slow the script's start (but a driver on YARN
-imports pyspark's context first, which its script does anyway: see `survive_ui_race`).
+Nothing here may slow the script's start: besides the standard library it imports only
+what of pyspark its script imports anyway (see `survive_ui_race`, `stop_without_waiting`).
 
 With --warm (a warm driver, taskexecutor/warm_drivers.py), pyspark's JVM starts first
 (PYSPARK_SUBMIT_ARGS as for any driver) and is warmed up by a SparkSession that is
@@ -27,6 +27,7 @@ import select
 import shlex
 import signal
 import sys
+import threading
 
 SCRIPT_STARTS = "\x1eflinkyarn: the script starts\n"
 # Spark's YARN AM asks the driver to put this filter on its web UI while the driver
@@ -80,6 +81,25 @@ def survive_ui_race(attempts: int = 3) -> None:
     SparkContext._initialize_context = _initialize_context  # type: ignore[method-assign]
 
 
+def stop_without_waiting() -> None:
+    """Makes `SparkContext.stop()` leave its accumulator server's shutdown to a thread
+    of its own. pyspark's shutdown waits for the server's thread, whose request handler
+    looks at the shutdown flag once a second (UpdateRequestHandler's poll): every stop
+    waited about a second for nothing, since the updates of a job's tasks are all in
+    before the job ends. The server's thread is a daemon, and so is the one that now
+    waits for it: neither holds the driver's exit."""
+    from pyspark import accumulators
+
+    def detach(shutdown):
+        def detached(self) -> None:
+            threading.Thread(target=shutdown, args=(self,), daemon=True,
+                             name="accumulator-server-shutdown").start()
+        return detached
+
+    for server in (accumulators.AccumulatorTCPServer, accumulators.AccumulatorUnixServer):
+        server.shutdown = detach(server.shutdown)  # type: ignore[method-assign]
+
+
 def script_waiting() -> bool:
     return bool(select.select([sys.stdin], [], [], 0)[0])
 
@@ -130,6 +150,7 @@ def warm() -> None:
 def main() -> None:
     parent, script, *args = sys.argv[1:]
     die_with_parent(int(parent))
+    stop_without_waiting()
     if script == "--warm":
         warm()
     else:

@@ -187,3 +187,33 @@ def test_the_launcher_guards_only_drivers_on_yarn_against_sparks_ui_race(master,
     race the UI (tests/local/test_pyspark_scripts.py has the race itself)."""
     args = submit_args(Configuration({}), PySparkSettings(master=master), {"spark.app.name": "yarn"})
     assert pyspark_launcher.on_yarn(args) is on_yarn
+
+
+def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkeypatch):
+    """pyspark's accumulator server serves a connection in its own thread and sees the
+    shutdown flag only when the handler's one-second poll ends; the launcher's shutdown
+    returns at once and leaves that wait to a daemon thread, which still ends the server."""
+    import socket
+    import threading
+
+    from pyspark import accumulators
+
+    for server_class in (accumulators.AccumulatorTCPServer, accumulators.AccumulatorUnixServer):
+        monkeypatch.setattr(server_class, "shutdown", server_class.shutdown)  # restored after
+    pyspark_launcher.stop_without_waiting()
+    server = accumulators.AccumulatorTCPServer(("localhost", 0), accumulators.UpdateRequestHandler,
+                                               "token")
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    client = socket.create_connection(server.server_address)  # as the JVM's
+    try:
+        client.sendall(b"token" + (0).to_bytes(4, "big"))  # signed in, no updates
+        assert client.recv(1) == b"\x01"  # acknowledged: the handler polls for more
+        server.shutdown()
+        assert server.server_shutdown and serving.is_alive()  # the handler still polls
+        serving.join(timeout=10)
+        assert not serving.is_alive()
+        retry.poll_until(lambda: server.socket.fileno() == -1, bool,  # closed
+                         pauses=retry.Backoff.fixed(0.05), deadline=retry.Deadline(10))
+    finally:
+        client.close()
