@@ -29,6 +29,7 @@ task keeps its share (`redistribute`).
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import uuid
 
@@ -184,6 +185,21 @@ def _same_scheme(url: str, root: str, path: str) -> str:
     if "://" not in url:
         return path
     return url[:len(url) - len(root)] + path if url.endswith(root) else path
+
+
+def latest_completed(job_dir: str) -> str | None:
+    """The folder of the job's newest completed checkpoint in `job_dir` (one whose
+    metadata is written: see write_metadata), or None when it has none."""
+    fs, root = filesystems.resolve(job_dir)
+    entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    numbers = sorted((int(e.base_name[4:]) for e in entries
+                      if e.type == pafs.FileType.Directory and re.fullmatch(r"chk-\d+", e.base_name)),
+                     reverse=True)
+    for number in numbers:
+        folder = f"{root}/chk-{number}"
+        if fs.get_file_info(f"{folder}/{METADATA}").type == pafs.FileType.File:
+            return _same_scheme(job_dir, root, folder)
+    return None
 
 
 def discard_job(job_dir: str) -> None:

@@ -212,7 +212,7 @@ def rm_web_address(directory: Path | None = None) -> str:
 
 
 def rm_request(path: str, method: str = "GET", body: dict[str, Any] | None = None,
-               timeout: float = 10.0) -> dict[str, Any]:
+               timeout: float = 10.0, xml: bool = False) -> dict[str, Any]:
     """A call of the ResourceManager's REST API as this process's user; its JSON answer
     ({} for none). Asks each configured RM in turn (the one that answered last first),
     each within `timeout` seconds, and follows a standby's redirect to the active one.
@@ -222,7 +222,8 @@ def rm_request(path: str, method: str = "GET", body: dict[str, Any] | None = Non
     ssl-client.xml's truststore. Raises ResourceManagerError (an OSError) when none
     answers, the active one refuses (also: it wants SPNEGO and there is no ticket), or
     the answer is not JSON; HadoopConfigError when the configuration does not say where
-    an RM is."""
+    an RM is. `xml`: ask for XML (some of the RM's answers have no JSON writer, such as
+    one application attempt's) and return the texts of the root's children by tag."""
     import requests
 
     from flinkyarn import kerberos
@@ -232,7 +233,7 @@ def rm_request(path: str, method: str = "GET", body: dict[str, Any] | None = Non
     # No proxy (the RMs are on the cluster's network), and the cluster's truststore wins
     # over REQUESTS_CA_BUNDLE.
     session.trust_env = False
-    session.headers["Accept"] = "application/json"
+    session.headers["Accept"] = "application/xml" if xml else "application/json"
     if any(a.startswith("https:") for a in configured):
         session.verify = kerberos.ca_bundle()
     # As Hadoop's AuthenticatedURL: `user.name` for an RM that authenticates as Hadoop's
@@ -270,7 +271,7 @@ def rm_request(path: str, method: str = "GET", body: dict[str, Any] | None = Non
             if response.status_code == 503:  # an RM becoming active, or going
                 failures.append(f"{base}: answered 503 {response.reason}")
                 continue
-            if ("json" not in response.headers.get("Content-Type", "")
+            if (("xml" if xml else "json") not in response.headers.get("Content-Type", "")
                     and _STANDBY_PAGE in response.text[:4096]):
                 failures.append(f"{base}: standby")
                 continue
@@ -278,14 +279,15 @@ def rm_request(path: str, method: str = "GET", body: dict[str, Any] | None = Non
             if response.status_code == 401 and no_ticket is not None:
                 raise ResourceManagerError(f"the YARN ResourceManager at {base} wants "
                                            f"Kerberos (SPNEGO): {no_ticket}", 401, tuple(tried))
-            return _answer(response, base, method, path, tuple(tried))
+            return _answer(response, base, method, path, tuple(tried), xml)
     raise ResourceManagerError(f"no YARN ResourceManager answered {method} {path}: "
                                f"{'; '.join(failures)}", None, tuple(tried))
 
 
 def _answer(response: requests.Response, base: str, method: str, path: str,
-            tried: tuple[str, ...]) -> dict[str, Any]:
-    """The active RM's answer as JSON; a refusal or another body raises."""
+            tried: tuple[str, ...], xml: bool = False) -> dict[str, Any]:
+    """The active RM's answer as JSON (or XML: see rm_request); a refusal or another
+    body raises."""
     if response.status_code >= 400:
         try:  # the RM says why in a RemoteException
             why = response.json()["RemoteException"]["message"]
@@ -296,6 +298,14 @@ def _answer(response: requests.Response, base: str, method: str, path: str,
                                    response.status_code, tried)
     if not response.content:
         return {}
+    if xml:
+        try:
+            root = ElementTree.fromstring(response.content)
+        except ElementTree.ParseError as error:
+            raise ResourceManagerError(f"the YARN ResourceManager at {base} answered {method} "
+                                       f"{path} with no XML: {error}", response.status_code,
+                                       tried) from None
+        return {child.tag: child.text or "" for child in root}
     try:
         answer: dict[str, Any] = response.json()
     except ValueError:
@@ -345,6 +355,31 @@ def applications_tagged(tag: str) -> list[dict[str, Any]]:
     found = rm_request(f"/ws/v1/cluster/apps?applicationTags={tag.lower()}")
     apps: list[dict[str, Any]] = (found.get("apps") or {}).get("app") or []
     return apps
+
+
+def attempt_diagnostics(app_id: str, attempt: int) -> str:
+    """What YARN says of how attempt `attempt` of `app_id` ended, on one line (empty if
+    it says nothing or cannot be asked)."""
+    prefix = app_id.replace("application_", "appattempt_", 1)
+    try:  # this answer of the RM is XML only
+        answer = rm_request(f"/ws/v1/cluster/apps/{app_id}/appattempts/{prefix}_{attempt:06d}",
+                            xml=True)
+    except (OSError, ValueError, ResourceManagerError, HadoopConfigError):
+        return ""
+    said = answer.get("diagnosticsInfo", "").split("For more detailed output")[0]
+    return " ".join(said.split())[:500]
+
+
+def attempt_killed(app_id: str, attempt: int) -> bool:
+    """Whether YARN is killing (or has killed) attempt `attempt` of `app_id` because the
+    application is killed: it then starts no other attempt. False when it cannot tell."""
+    try:
+        attempts = rm_request(f"/ws/v1/cluster/apps/{app_id}/appattempts")["appAttempts"]["appAttempt"]
+    except (OSError, ValueError, KeyError, TypeError, ResourceManagerError, HadoopConfigError):
+        return False
+    return any(int(entry.get("id", 0)) == attempt
+               and entry.get("appAttemptState") in ("KILLED", "FINAL_SAVING")
+               for entry in attempts)
 
 
 def kill_application(app_id: str) -> None:

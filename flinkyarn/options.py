@@ -181,6 +181,12 @@ YARN_TAGS = option(
 YARN_STAGING_DIRECTORY = option(
     "yarn.staging-directory", STRING, "",
     "Folder on the cluster's default filesystem for flinkyarn's cache (the packed Python environment, its own code) and the applications' credentials; empty: /user/<user>/.flinkyarn.")
+YARN_APPLICATION_ATTEMPTS = option(
+    "yarn.application-attempts", integer(1), "2",
+    "How many times YARN starts the AppMaster of an application (at most the ResourceManager's yarn.resourcemanager.am.max-attempts): a lost AppMaster comes back as the next attempt and its unfinished jobs run again (flinkyarn/job_store.py).")
+HA_STORAGE_DIR = option(
+    "high-availability.storageDir", STRING, "",
+    "Folder on the cluster's default filesystem where each application keeps what its next AppMaster attempt needs (its accepted jobs, their results, where it serves), in a folder per application; empty: <yarn.staging-directory>/ha.")
 YARN_PROVIDED_LIB_DIRS = option(
     "yarn.provided.lib.dirs", STRING, "",
     "Comma-separated folders on the cluster's filesystem where prepared archives wait under their content-addressed names (environment-<digest>.tar, flinkyarn-code-<digest>.tar.gz); found there, nothing is uploaded.")

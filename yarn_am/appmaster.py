@@ -25,6 +25,7 @@ from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from yarn_am.delegation_tokens import DelegationTokenManager
 from yarn_am.dispatcher import Dispatcher
+from flinkyarn.job_store import JobStore
 from yarn_am.resourcemanager.driver import ResourceManagerDriver
 from yarn_am.resourcemanager.resource_manager import ResourceManager, ResourceManagerConfig
 from yarn_am.rest import RestServer
@@ -50,8 +51,12 @@ def appmaster_security(conf: Configuration, cluster: ClusterSecurity,
 class AppMaster:
     def __init__(self, conf: Configuration, security: ClusterSecurity,
                  driver: ResourceManagerDriver, title: str = "flinkyarn",
-                 delegation_tokens: DelegationTokenManager | None = None) -> None:
+                 delegation_tokens: DelegationTokenManager | None = None,
+                 job_store: JobStore | None = None) -> None:
+        """`job_store`: where an earlier attempt left its jobs (taken over before the
+        REST API serves) and this one keeps its own (flinkyarn/job_store.py)."""
         self.conf = conf
+        self.job_store = job_store
         self.security = security
         self.driver = driver
         self.title = title
@@ -78,7 +83,8 @@ class AppMaster:
                                            self.driver)
         tokens = self.delegation_tokens
         self.dispatcher = dispatcher = Dispatcher(
-            rpc, resource_manager, conf, lambda: tokens.status if tokens is not None else None)
+            rpc, resource_manager, conf, lambda: tokens.status if tokens is not None else None,
+            job_store=self.job_store)
         resource_manager.job_leader_id = dispatcher.job_leader_id
         host = conf.get(options.REST_ADDRESS)
         rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),
@@ -102,6 +108,7 @@ class AppMaster:
                     resource_manager.obtain_application_tokens = self.delegation_tokens.for_application
                     delay = await self.delegation_tokens.start(hand_over)
                     tokens_task = group.create_task(self.delegation_tokens.run(hand_over, delay))
+                await dispatcher.recover()
                 self.info = ClusterInfo(await rest.start(), rpc_address, await dashboard.start(),
                                         os.getpid())
                 log.info("AppMaster serving: REST %s, RPC %s, dashboard %s",

@@ -6,7 +6,12 @@ wrong is refused and leaves nothing behind.
 
 Isolation: each JobMaster runs under a supervisor (`_supervise`). An unexpected exception
 of one JobMaster fails that job alone (FAILED, the error as its cause and root cause);
-the Dispatcher, the ResourceManager and every other job go on."""
+the Dispatcher, the ResourceManager and every other job go on.
+
+With a job store (flinkyarn/job_store.py: YARN application attempts), every accepted
+JobGraph is stored before it is acknowledged and every final result before anyone
+waiting for it hears of it; `recover()` takes over what an earlier AppMaster attempt
+stored: ended jobs stay listed as they ended, the others run again from the start."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
                                            TaskExecutorView, TokenStatus, TriggerSavepoint,
                                            VertexDetails)
 from flinkyarn.ids import JobID, JobMasterId
+from flinkyarn.job_store import JobStore
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import InvalidRequest, NotFound
@@ -66,12 +72,13 @@ class Dispatcher(RpcEndpoint):
     def __init__(self, rpc: RpcService, resource_manager: ResourceManager,
                  conf: Configuration,
                  token_status: Callable[[], TokenStatus | None] = lambda: None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, job_store: JobStore | None = None) -> None:
         """`clock`: what the Dispatcher and the JobMasters it starts follow."""
         super().__init__(rpc, "dispatcher", DispatcherGateway, clock)
         self._resource_manager = resource_manager
         self._conf = conf
         self._token_status = token_status
+        self._store = job_store
         JobMasterConfig.from_configuration(conf)  # the cluster's own settings must hold
         self.jobs: dict[JobID, JobRecord] = {}
 
@@ -88,7 +95,41 @@ class Dispatcher(RpcEndpoint):
         except ValueError as error:  # the job is refused (the gateway's contract)
             raise InvalidRequest(str(error)) from None
 
-    async def _submit(self, graph: JobGraph) -> JobSubmitted:
+    async def recover(self) -> None:
+        """Takes over the jobs an earlier attempt stored: each ended one is listed with its
+        final details; each other one runs again from the start (its JobGraph as it was
+        accepted). One that cannot run now is recorded FAILED with the reason."""
+        if self._store is None:
+            return
+        results = await self.run_blocking(self._store.results)
+        for details in results.values():
+            self._add_ended(details)
+        for graph in await self.run_blocking(self._store.graphs):
+            if graph.job_id in results:
+                continue
+            log.info("job %s (%s) was running when the previous AppMaster attempt ended: "
+                     "it runs again", graph.job_id, graph.name)
+            try:
+                await self._submit(graph, recovered=True)
+            except ValueError as error:
+                now = time.time()
+                cause = f"the job could not run again in this AppMaster attempt: {error}"
+                details = JobDetails(graph.job_id, graph.name, JobStatus.FAILED.value, now, now,
+                                     cause, [], root_cause=cause)
+                await self.run_blocking(self._store.put_result, details)
+                self._add_ended(details)
+
+    def _add_ended(self, details: JobDetails) -> None:
+        record = JobRecord(None, JobOutput(), JobResult(
+            details.job_id, details.name, JobStatus(details.status), details.failure_cause,
+            details.start_time, details.end_time or details.start_time), details)
+        record.output.shrink()
+        record.ended.set()
+        self.jobs[details.job_id] = record
+
+    async def _submit(self, graph: JobGraph, recovered: bool = False) -> JobSubmitted:
+        """`recovered`: a job an earlier attempt accepted (stored already); a streaming
+        one goes on from its latest completed checkpoint, if it took one."""
         options.check_job_graph(graph, self._conf)
         if graph.job_id in self.jobs:
             raise ValueError(f"job {graph.job_id} was already submitted")
@@ -97,11 +138,17 @@ class Dispatcher(RpcEndpoint):
         capacity, bound = await self._resource_manager.slot_capacity()
         # From the graph first: a job far too wide is refused before it costs memory.
         self._check_capacity(graph, slots_at_once_from(graph), capacity, bound)
-        savepoint = await self._savepoint_of(graph, config)
+        savepoint = await self._savepoint_of(graph, config, recovered)
         job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
                                on_terminated=self._job_terminated, clock=self._clock,
                                savepoint=savepoint)
         self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
+        if self._store is not None and not recovered:  # accepted means it survives us
+            try:
+                await self.run_blocking(self._store.put_graph, graph)
+            except OSError as error:
+                raise ValueError(f"job {graph.name!r} cannot be stored in "
+                                 f"{self._store.folder}: {error}") from None
         if graph.job_id in self.jobs:  # submitted again while we asked
             raise ValueError(f"job {graph.job_id} was already submitted")
         self.jobs[graph.job_id] = JobRecord(job_master, job_master.output)
@@ -109,10 +156,18 @@ class Dispatcher(RpcEndpoint):
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
         return JobSubmitted(graph.job_id)
 
-    async def _savepoint_of(self, graph: JobGraph, config: JobMasterConfig) -> Resume | None:
-        """What the job resumes from (execution.savepoint.path); ValueError (the
-        submission is refused) when it cannot."""
+    async def _savepoint_of(self, graph: JobGraph, config: JobMasterConfig,
+                            recovered: bool = False) -> Resume | None:
+        """What the job resumes from (execution.savepoint.path; for a recovered job its
+        latest completed checkpoint, if any); ValueError (the submission is refused)
+        when it cannot."""
         path = config.checkpoint.restore_path
+        if recovered and config.checkpoint.enabled:
+            latest = await self.run_blocking(checkpoints.latest_completed, checkpoints.job_directory(
+                config.checkpoint.directory, graph.job_id))
+            if latest is not None:
+                log.info("job %s goes on from its checkpoint %s", graph.job_id, latest)
+                path = latest
         if not path:
             return None
         if not config.checkpoint.enabled:
@@ -192,7 +247,23 @@ class Dispatcher(RpcEndpoint):
                                       [], root_cause=record.root_cause)
         record.job_master = None
         record.output.shrink()
-        record.ended.set()
+        if self._store is None:
+            record.ended.set()
+        else:  # whoever waits for the result hears of it once it is stored
+            try:
+                self.spawn(self._store_result(record), f"store-result-{result.job_id}")
+            except RuntimeError:  # the Dispatcher stops: nobody is left to wait
+                record.ended.set()
+
+    async def _store_result(self, record: JobRecord) -> None:
+        assert self._store is not None and record.final is not None  # set before
+        try:
+            await self.run_blocking(self._store.put_result, record.final)
+        except OSError as error:  # the next attempt would run the job again: say so
+            log.error("job %s: its result cannot be stored in %s (a later AppMaster attempt "
+                      "would run it again): %s", record.final.job_id, self._store.folder, error)
+        finally:
+            record.ended.set()
 
     def job_leader_id(self, job_id: JobID) -> JobMasterId | None:
         """The JobMasterId of the job's running JobMaster (None once the job ended, or

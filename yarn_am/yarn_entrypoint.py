@@ -11,6 +11,12 @@ the application's web UI, which YARN's tracking URL leads to through its web pro
 
 Every task this script starts is supervised (`supervise`): an exception it raises ends
 the application FAILED with the cause as diagnostics, never a hang, never lost.
+
+Attempts (yarn.application-attempts): with --job-store, YARN starts the AppMaster again
+when it is lost; the new attempt takes over the jobs the store holds (a per-job
+application's job runs again unless it had ended) and writes where it serves for the
+clients. Only the application's real end (SUCCEEDED, or the last attempt) removes what
+the next attempt would need: skein's ApplicationMaster lets YARN retry every other end.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from typing import Any, Callable, Coroutine
 import msgspec
 import skein
 
+from flinkyarn import hadoop, options
 from flinkyarn.configuration import Configuration, parse_dynamic_properties
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.dispatcher import SubmitJob, TokenStatus
 from flinkyarn.ids import JobID
+from flinkyarn.job_store import JobStore, Leader, attempt_of
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.kerberos import TOKEN_STATUS_KEY
 from flinkyarn.rpc.security import ClusterSecurity
@@ -94,12 +102,13 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
     `supervise`; its progress reports are supervised the same way (`on_fatal`)."""
     dispatcher = appmaster.dispatcher
     assert dispatcher is not None  # it runs once the AppMaster serves
-    try:
-        await dispatcher.submit_job(SubmitJob(graph))
-    except ValueError as error:
-        outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
-        appmaster.shutdown()
-        return
+    if graph.job_id not in dispatcher.jobs:  # else taken over from an earlier attempt
+        try:
+            await dispatcher.submit_job(SubmitJob(graph))
+        except ValueError as error:
+            outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
+            appmaster.shutdown()
+            return
     progress = supervise(_report_progress(app, dispatcher, graph.job_id),
                          "reporting the job's progress", on_fatal)
     try:
@@ -117,8 +126,19 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
     appmaster.shutdown()
 
 
+def max_attempts(conf: Configuration) -> int:
+    """The attempts YARN gives this application: ours, capped by the ResourceManager's
+    (as skein's ApplicationMaster and YARN count them)."""
+    try:
+        cap = int(hadoop.site_properties("yarn-site.xml").get(
+            "yarn.resourcemanager.am.max-attempts", "2"))
+    except (hadoop.HadoopConfigError, ValueError):
+        cap = 2
+    return max(1, min(conf.get(options.YARN_APPLICATION_ATTEMPTS), cap))
+
+
 async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: ProcessScratch,
-                outcome: Outcome) -> None:
+                outcome: Outcome, store: JobStore | None = None, attempt: int = 1) -> None:
     graph = None
     if args.mode == "per-job":
         graph = msgspec.msgpack.decode(Path(args.job_graph).read_bytes(), type=JobGraph)
@@ -138,7 +158,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
         await asyncio.to_thread(app.kv.put, TOKEN_STATUS_KEY, msgspec.json.encode(status))
 
     tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
-    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title, tokens)
+    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title, tokens,
+                          job_store=store)
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:
@@ -149,6 +170,9 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
                                        "flinkyarn dashboard")
         await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: am.info.rest_address.encode(),
                                                 DASHBOARD_KEY: page.address.encode()})
+        if store is not None:  # how clients of an earlier attempt find this one
+            await asyncio.to_thread(store.put_leader,
+                                    Leader(attempt, am.info.rest_address, page.address))
         if graph is not None:
             job_task.append(supervise(_run_job(app, am, graph, outcome, on_fatal),
                                       f"running job {graph.name!r} ({graph.job_id})", on_fatal))
@@ -193,23 +217,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--staging-file", dest="staging_files", action="append", default=[],
                         help="a path on the default filesystem that ends with the application "
                              "(its credentials, its index entry)")
+    parser.add_argument("--job-store", help="this application's folder of the job store "
+                                            "(high-availability.storageDir)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s appmaster %(name)s: %(message)s")
     app = skein.ApplicationClient.from_current()
     outcome = Outcome(diagnostics="session stopped" if args.mode == "session" else "")
+    attempt, attempts = attempt_of(), 1
+    store = JobStore(args.job_store) if args.job_store else None
     try:
         conf = Configuration.from_raw(parse_dynamic_properties(args.properties))
+        attempts = max_attempts(conf)
+        if attempt > 1:
+            log.info("AppMaster attempt %d of %d; attempt %d ended: %s", attempt, attempts,
+                     attempt - 1, hadoop.attempt_diagnostics(app.id, attempt - 1) or "(YARN does not say)")
         with process_scratch(conf, "flinkyarn-appmaster-") as scratch:
-            asyncio.run(serve(app, args, conf, scratch, outcome))
+            asyncio.run(serve(app, args, conf, scratch, outcome, store, attempt))
     except BaseException as error:  # the AppMaster itself failed: say so in YARN
         log.exception("the AppMaster failed")
         while isinstance(error, BaseExceptionGroup):
             error = error.exceptions[0]
         outcome.status = "FAILED"
         outcome.diagnostics = f"the flinkyarn AppMaster failed: {type(error).__name__}: {error}"
+    if attempt > 1:
+        outcome.diagnostics = f"{outcome.diagnostics} (AppMaster attempt {attempt} of {attempts})"
     log.info("final status %s: %s", outcome.status, outcome.diagnostics)
-    remove_staging_files(args.staging_files, app.id)
+    if outcome.status == "SUCCEEDED" or attempt >= attempts or (
+            outcome.status == "KILLED" and hadoop.attempt_killed(app.id, attempt)):
+        remove_staging_files(args.staging_files, app.id)  # the job store's folder too
+    else:  # skein's ApplicationMaster leaves it to YARN to start the next attempt
+        log.info("attempt %d of %d ends %s: YARN starts the next, which takes over the "
+                 "jobs in %s", attempt, attempts, outcome.status, args.job_store)
     app.shutdown(outcome.status, outcome.diagnostics[:MAX_DIAGNOSTICS])
     return 0 if outcome.status == "SUCCEEDED" else 1
 

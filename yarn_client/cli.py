@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 import flinkyarn
-from flinkyarn import kerberos, options
+from flinkyarn import hadoop, kerberos, options
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
 from flinkyarn.hadoop import HadoopConfigError
@@ -473,6 +473,10 @@ def list_jobs(application_id: str | None, conf: Configuration) -> None:
         click.echo(app_id)
         rest = yarn_cluster.connect(app_id, conf)
         tokens = rest.overview().delegation_tokens
+        if rest.attempt > 1:  # the AppMaster was lost before: YARN started it again
+            ended = hadoop.attempt_diagnostics(app_id, rest.attempt - 1)
+            click.echo(f"  AppMaster attempt {rest.attempt}; attempt {rest.attempt - 1} ended: "
+                       f"{ended or 'YARN does not say how'}")
         if tokens is not None and tokens.warning:
             click.echo(f"  warning: {tokens.message}")
         for job in rest.jobs().jobs:

@@ -124,7 +124,10 @@ class ClusterExecutor:
         job_id = self.rest.submit(graph)
         self.submitted.append(job_id)
         print(f"submitted job {job_id} ({graph.name})", file=self.out, flush=True)
-        return result_of(follow(self.rest, job_id, self.out, output=OutputPrinter(self.rest, job_id)))
+        return result_of(self.follow(job_id))
+
+    def follow(self, job_id: str) -> JobDetails:
+        return follow(self.rest, job_id, self.out, output=OutputPrinter(self.rest, job_id))
 
 
 class StandaloneLocalExecutor:

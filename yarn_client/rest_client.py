@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -27,19 +27,40 @@ class RestError(RuntimeError):
 
 
 class RestClient:
-    def __init__(self, address: str, security: ClusterSecurity, timeout: float = 30.0) -> None:
+    def __init__(self, address: str, security: ClusterSecurity, timeout: float = 30.0,
+                 attempt: int = 1, relocate: Callable[[], tuple[str, int] | None] | None = None
+                 ) -> None:
+        """`attempt`: the YARN application attempt whose AppMaster serves at `address`.
+        `relocate`: asked once when the AppMaster cannot be reached; (address, attempt)
+        of a newer AppMaster attempt, where the request is sent again, or None."""
         self.address = address.rstrip("/")
-        self._timeout = timeout
+        self.security = security
+        self.timeout = timeout
+        self.attempt = attempt
+        self.relocate = relocate
         self._opener = urllib.request.build_opener(
             urllib.request.ProxyHandler({}),
             urllib.request.HTTPSHandler(context=security.client_ssl_context()))
 
     def _request(self, method: str, path: str, body: bytes | None = None,
                  content_type: str = "application/json", timeout: float | None = None) -> bytes:
+        try:
+            return self._send(method, path, body, content_type, timeout)
+        except RestError as error:
+            if error.status is not None or self.relocate is None:
+                raise
+            newer = self.relocate()
+            if newer is None or newer[1] <= self.attempt:
+                raise
+            self.address, self.attempt = newer[0].rstrip("/"), newer[1]
+            return self._send(method, path, body, content_type, timeout)
+
+    def _send(self, method: str, path: str, body: bytes | None, content_type: str,
+              timeout: float | None) -> bytes:
         request = urllib.request.Request(self.address + path, data=body, method=method,
                                          headers={"Content-Type": content_type})
         try:
-            with self._opener.open(request, timeout=timeout or self._timeout) as response:
+            with self._opener.open(request, timeout=timeout or self.timeout) as response:
                 return response.read()
         except urllib.error.HTTPError as error:
             raise RestError(_error_text(error.read()) or str(error), error.code) from None

@@ -122,6 +122,15 @@ class Staging:
     def cache(self) -> str:
         return f"{self.root}/cache"
 
+    def job_store(self, conf: Configuration) -> str:
+        """The folder of the applications' job stores (high-availability.storageDir)."""
+        folder = conf.get(options.HA_STORAGE_DIR) or f"{self.root}/ha"
+        folder = hadoop.hdfs_path(folder) if folder.startswith("hdfs://") else folder.rstrip("/")
+        if not folder.startswith("/"):
+            raise ShippingError(f"{options.HA_STORAGE_DIR.key} must be an absolute path or "
+                                f"an hdfs:// URL, not {conf.get(options.HA_STORAGE_DIR)!r}")
+        return folder
+
     def uri(self, path: str) -> str:
         return hadoop.default_fs().rstrip("/") + path
 

@@ -34,7 +34,7 @@ from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import (APPMASTER_FILES, CA_FILE, CERT_FILE, FILES, KEY_FILE,
                                      TASKEXECUTOR_DIR, ClusterSecurity)
 from yarn_client import shipping
-from yarn_client.rest_client import RestClient
+from yarn_client.rest_client import RestClient, RestError
 
 APPLICATION_TYPE = "flinkyarn"
 REST_ADDRESS_KEY = "flinkyarn.rest_address"
@@ -65,6 +65,7 @@ class Deployment:
     dashboard_url: str
     phases: dict[str, float] = field(default_factory=dict)
     delegation_tokens: TokenStatus | None = None  # on a secure cluster
+    job_store: str = ""  # its folder of the job store: where a new attempt says it serves
 
 
 def application_dir(app_id: str) -> Path:
@@ -232,7 +233,10 @@ class YarnClusterDescriptor:
                 (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
                 master_files["job.msgpack"] = str(work / "job.msgpack")
             index = f"{staging.root}/applications/{{app_id}}.json"
-            cleanup = (f'--staging-file "{credentials}" '
+            store = f"{staging.job_store(self.conf)}/{{app_id}}"
+            cleanup = (f'--job-store "{staging.uri(store.format(app_id="$SKEIN_APPLICATION_ID"))}" '
+                       f'--staging-file "{store.format(app_id="$SKEIN_APPLICATION_ID")}" '
+                       f'--staging-file "{credentials}" '
                        f'--staging-file "{index.format(app_id="$SKEIN_APPLICATION_ID")}" ')
             spec = self._spec(mode, graph, master_files, files, shipment, containers, cleanup)
             phases: dict[str, float] = {"uploaded bytes": float(shipment.uploaded_bytes)}
@@ -249,7 +253,8 @@ class YarnClusterDescriptor:
                     raise
             up = True
             info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
-                    "name": spec.name, "credentials": credentials}
+                    "name": spec.name, "credentials": credentials,
+                    "job_store": store.format(app_id=app_id)}
             staging.write_private(index.format(app_id=app_id), json.dumps(info).encode())
             target = application_dir(app_id)
             target.mkdir(parents=True, exist_ok=True)
@@ -263,7 +268,7 @@ class YarnClusterDescriptor:
                 staging.remove_quietly(credentials)
         return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security"),
                                              timeout=self.conf.get(options.CLIENT_TIMEOUT)),
-                          dashboard, phases, tokens)
+                          dashboard, phases, tokens, store.format(app_id=app_id))
 
     def _keytab(self) -> Path | None:
         """security.kerberos.login.keytab, shipped (owner-only, like the cluster's keys)
@@ -318,7 +323,8 @@ class YarnClusterDescriptor:
         tags = {APPLICATION_TYPE, f"{APPLICATION_TYPE}-{mode}", *self.yarn.tags,
                 *(t for t in self.conf.get(options.YARN_TAGS).split(",") if t)}
         return skein.ApplicationSpec(
-            name=name, queue=self.yarn.queue, tags=tags, max_attempts=1,
+            name=name, queue=self.yarn.queue, tags=tags,
+            max_attempts=self.conf.get(options.YARN_APPLICATION_ATTEMPTS),
             master=skein.Master(
                 resources=skein.Resources(memory=am_memory, vcores=1),
                 files=master_files, env=environment,
@@ -397,8 +403,44 @@ def connect(app_id: str, conf: Configuration | None = None) -> RestClient:
     if not (target / "cluster.json").is_file():
         _fetch_application(app_id, target, conf)
     info = json.loads((target / "cluster.json").read_text())
+    store = info.get("job_store")
+    settled = conf
+
+    def relocate() -> tuple[str, int] | None:  # a later AppMaster attempt serves elsewhere
+        leader = _newest_leader(app_id, store, settled) if store else None
+        return (leader.rest_address, leader.attempt) if leader else None
+
     return RestClient(info["rest_address"], ClusterSecurity.load(target / "security"),
-                      timeout=conf.get(options.CLIENT_TIMEOUT))
+                      timeout=conf.get(options.CLIENT_TIMEOUT), attempt=info.get("attempt", 1),
+                      relocate=relocate)
+
+
+def job_store_of(app_id: str) -> str:
+    """The application's folder of the job store, as `connect()` found it ("" for an
+    application of a flinkyarn without job stores)."""
+    target = application_dir(app_id) / "cluster.json"
+    return str(json.loads(target.read_text()).get("job_store", "")) if target.is_file() else ""
+
+
+def _newest_leader(app_id: str, job_store: str, conf: Configuration):
+    """The leader file of the newest AppMaster attempt that served (None if none did),
+    also kept in what `connect()` reads."""
+    from flinkyarn.job_store import JobStore
+
+    try:
+        leader = JobStore(shipping.Staging(conf).uri(job_store)).leader()
+    except OSError:
+        return None
+    target = application_dir(app_id) / "cluster.json"
+    if leader is not None and target.is_file():
+        info = json.loads(target.read_text())
+        if leader.attempt > info.get("attempt", 1):
+            info.update(rest_address=leader.rest_address, dashboard_url=leader.dashboard_url,
+                        attempt=leader.attempt)
+            partial = target.with_name(f"cluster.json.{new_id()[:8]}")
+            partial.write_text(json.dumps(info))
+            os.replace(partial, target)
+    return leader
 
 
 def _fetch_application(app_id: str, target: Path, conf: Configuration) -> None:
@@ -426,9 +468,9 @@ def _fetch_application(app_id: str, target: Path, conf: Configuration) -> None:
 
 def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str]:
     """What an ended application of this user left in the staging folder (its keys, a
-    shipped keytab, its index entry) and skein's folder of it: its AppMaster removes
-    them at its end, but cannot once its delegation tokens expired. Returns what was
-    removed."""
+    shipped keytab, its index entry, its job store) and skein's folder of it: its
+    AppMaster removes them at its end, but cannot once its delegation tokens expired
+    (or when YARN killed it before it could). Returns what was removed."""
     conf = conf or Configuration.load()
     kerberos.client_login(conf)
     staging = shipping.Staging(conf)
@@ -438,8 +480,8 @@ def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str
     except FileNotFoundError:
         return []
     skein_folder = f"{staging.fs.home_directory()}/.skein/{app_id}"
-    return [path for path in (info["credentials"], index, skein_folder)
-            if hadoop.delete(staging.fs, path)]
+    paths = [info["credentials"], *filter(None, [info.get("job_store")]), index, skein_folder]
+    return [path for path in paths if hadoop.delete(staging.fs, path)]
 
 
 def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),
@@ -451,6 +493,52 @@ def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),
     if tag is not None:
         apps = [a for a in apps if tag in (a.get("applicationTags") or "").split(",")]
     return sorted(apps, key=lambda a: a["startedTime"], reverse=True)
+
+
+@dataclass
+class Replacement:
+    """The AppMaster of a later attempt, serving."""
+
+    attempt: int
+    rest: RestClient
+    previous_end: str  # how YARN says the attempt before it ended
+
+
+def replacement(app_id: str, job_store: str, attempt: int, rest: RestClient,
+                conf: Configuration | None = None, timeout: float = 600.0) -> Replacement | None:
+    """After the AppMaster of `attempt` stopped answering at `rest`: waits until YARN
+    has ended the application (None), the AppMaster answers again (a Replacement of
+    the same attempt), or a later attempt serves (its Replacement: its leader file in
+    the job store says where). Updates what `connect()` reads to the newest address."""
+    settled = conf or Configuration.load()
+
+    def found() -> Replacement | None:
+        if application_report(app_id)["state"] in TERMINAL:
+            raise _Ended()
+        leader = _newest_leader(app_id, job_store, settled)
+        if leader is not None and leader.attempt > attempt:
+            new = RestClient(leader.rest_address, rest.security, rest.timeout, leader.attempt,
+                             rest.relocate)
+            return Replacement(leader.attempt, new, hadoop.attempt_diagnostics(app_id, attempt))
+        try:
+            rest.jobs()
+        except RestError:
+            return None
+        return Replacement(attempt, rest, "")
+
+    try:
+        return retry.poll_until(found, pauses=retry.Backoff.fixed(0.5),
+                                deadline=retry.Deadline(timeout))
+    except _Ended:
+        return None
+    except retry.GaveUp:
+        raise YarnDeploymentError(f"{app_id}: its AppMaster (attempt {attempt}) stopped "
+                                  f"answering and no other took over within {timeout:g} s; "
+                                  f"logs: yarn logs -applicationId {app_id}") from None
+
+
+class _Ended(Exception):
+    """The application ended: no AppMaster will serve again."""
 
 
 def wait_for_end(app_id: str, timeout: float = 120.0) -> dict:

@@ -9,6 +9,7 @@ from typing import Mapping, TextIO
 from flinkyarn import kerberos, options
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
+from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.jobgraph import JobGraph
 from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestClient
@@ -17,6 +18,46 @@ from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
 
 JOB_STATUS_OF = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "KILLED": "CANCELED"}
+
+
+def follow_attempts(app_id: str, job_store: str, rest: RestClient, job_id: str, out: TextIO,
+                    conf: Configuration | None = None) -> tuple[JobDetails | None, RestClient]:
+    """Follows the job to its end through every AppMaster attempt of the application
+    (saying so when a new one takes over, where the job goes on); returns its final
+    details, or None when the application ended without the client seeing the job's
+    end (YARN has the last word then), and the REST client of the last attempt."""
+    # This loop moves to a newer attempt itself, saying so: not the client's `relocate`.
+    rest = RestClient(rest.address, rest.security, rest.timeout, rest.attempt)
+    while True:
+        try:
+            return follow(rest, job_id, out, output=OutputPrinter(rest, job_id)), rest
+        except RestError:  # ended with the job, or lost
+            found = yarn_cluster.replacement(app_id, job_store, rest.attempt, rest, conf)
+        if found is None:
+            return None, rest
+        if found.attempt != rest.attempt:
+            print(f"the AppMaster was replaced: attempt {found.attempt} serves now "
+                  f"(attempt {rest.attempt} ended: {found.previous_end or 'YARN does not say how'}); "
+                  f"job {job_id[:8]} goes on there", file=out, flush=True)
+        rest = found.rest
+
+
+class YarnSessionClusterExecutor(ClusterExecutor):
+    """A session's: follows its jobs through AppMaster attempts."""
+
+    def __init__(self, app_id: str, job_store: str, rest: RestClient, out: TextIO,
+                 job_settings: Mapping[str, str] | None, conf: Configuration | None) -> None:
+        super().__init__(rest, out, job_settings)
+        self.app_id, self.job_store, self.conf = app_id, job_store, conf
+
+    def follow(self, job_id: str) -> JobDetails:
+        if not self.job_store:  # a session started before job stores: no other attempt
+            return super().follow(job_id)
+        details, _ = follow_attempts(self.app_id, self.job_store, self.rest, job_id, self.out,
+                                     self.conf)
+        if details is None:
+            raise RestError(f"session {self.app_id} ended before job {job_id} did")
+        return details
 
 
 class PerJobExecutor:
@@ -51,12 +92,7 @@ class PerJobExecutor:
             result = JobResult(graph.job_id, "SUBMITTED", None, 0.0)
             self.results.append(result)
             return result
-        details = None
-        try:
-            details = follow(deployment.rest, graph.job_id, self.out,
-                             output=OutputPrinter(deployment.rest, graph.job_id))
-        except RestError:
-            pass  # the AppMaster ended with the job; YARN has the last word
+        details = self._follow(deployment, graph)
         report = yarn_cluster.wait_for_end(deployment.app_id)
         print(f"application {deployment.app_id} {report['state']}/{report['finalStatus']}"
               f"{': ' + report['diagnostics'].strip() if report.get('diagnostics') else ''}",
@@ -69,6 +105,12 @@ class PerJobExecutor:
             result = JobResult(graph.job_id, status, cause, time.monotonic() - start)
         self.results.append(result)
         return result
+
+    def _follow(self, deployment: yarn_cluster.Deployment, graph: JobGraph) -> JobDetails | None:
+        details, self.rest = follow_attempts(deployment.app_id, deployment.job_store,
+                                             deployment.rest, graph.job_id, self.out,
+                                             self.descriptor.conf)
+        return details
 
     def cancel_running(self) -> None:
         for app_id in self.applications:
@@ -99,8 +141,10 @@ class SessionExecutor:
         self.app_id = application_id
         self.out = out
         # The client's configuration: who it is on a secure cluster (a keytab of -D).
-        self.executor = ClusterExecutor(yarn_cluster.connect(application_id, conf), out,
-                                        job_settings)
+        rest = yarn_cluster.connect(application_id, conf)
+        self.executor = YarnSessionClusterExecutor(
+            application_id, yarn_cluster.job_store_of(application_id), rest, out, job_settings,
+            conf)
         self.rest = self.executor.rest
         self.results: list[JobResult] = []
 

@@ -36,6 +36,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.dispatcher import DispatcherGateway, SubmitJob
 from flinkyarn.ids import JobID, JobVertexID, ResourceID
 from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex
+from flinkyarn.job_store import JobStore
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.security import APPMASTER, CLIENT, TASKEXECUTOR
 from taskexecutor.task_executor import TaskExecutor, TaskExecutorConfig
@@ -281,7 +282,7 @@ class Cluster:
     if any)."""
 
     def __init__(self, conf: Configuration, initial_workers: int = 0,
-                 yarn: FakeSkeinApp | None = None) -> None:
+                 yarn: FakeSkeinApp | None = None, job_store: JobStore | None = None) -> None:
         self.conf = conf
         self.clock = ManualClock()
         self.network = InProcessNetwork(self.clock)
@@ -300,7 +301,7 @@ class Cluster:
         self.resource_manager = ResourceManager(self.appmaster.rpc, rm_config, self.driver,
                                                 self.clock)
         self.dispatcher = Dispatcher(self.appmaster.rpc, self.resource_manager, conf,
-                                     clock=self.clock)
+                                     clock=self.clock, job_store=job_store)
         self.resource_manager.job_leader_id = self.dispatcher.job_leader_id
         self._client = Process(self, "client", CLIENT)
 
@@ -323,6 +324,8 @@ class Cluster:
             group.create_task(self.resource_manager.run())
             await self.resource_manager.running.wait()
             group.create_task(self.dispatcher.run())
+            await self.dispatcher.running.wait()
+            await self.dispatcher.recover()  # what an earlier attempt left, if anything
 
     async def stop(self) -> None:
         async with asyncio.timeout(STOP_GUARD):
@@ -403,14 +406,17 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def in_process_cluster(conf: dict[str, str] | None = None, *, task_executors: int = 0,
-                             yarn: FakeSkeinApp | None = None) -> AsyncIterator[Cluster]:
+                             yarn: FakeSkeinApp | None = None,
+                             job_store: JobStore | None = None) -> AsyncIterator[Cluster]:
     """A started Cluster on the running loop (see the module docstring), stopped on exit.
     `conf`: options over DEFAULTS; `task_executors`: workers the driver starts with the
     cluster (as YARN starts a per-job cluster's first one); `yarn`: the fake skein
-    application for the real YarnDriver, instead of the InProcessDriver. The loop's
+    application for the real YarnDriver, instead of the InProcessDriver; `job_store`:
+    the Dispatcher's (an AppMaster attempt takes over what is in it). The loop's
     default executor becomes a LoopExecutor: blocking calls run on the loop."""
     asyncio.get_running_loop().set_default_executor(LoopExecutor())
-    cluster = Cluster(Configuration({**DEFAULTS, **(conf or {})}), task_executors, yarn)
+    cluster = Cluster(Configuration({**DEFAULTS, **(conf or {})}), task_executors, yarn,
+                      job_store)
     await cluster.start()
     try:
         yield cluster

@@ -45,3 +45,15 @@ def test_discard_removes_the_checkpoint_folder(tmp_path):
     cp.discard(job, 1)
     cp.discard(job, 2)  # none: nothing happens
     assert not (tmp_path / "job1" / "chk-1").exists()
+
+
+def test_the_latest_completed_checkpoint_is_the_newest_with_its_metadata(tmp_path):
+    """What a new AppMaster attempt resumes a streaming job from: a checkpoint folder
+    whose metadata was not written yet (one in progress) does not count."""
+    job_dir = str(tmp_path / "job")
+    assert cp.latest_completed(job_dir) is None
+    for number in (1, 3):
+        cp.write_metadata(job_dir, cp.CheckpointMetadata("job", number, 0, []))
+    (tmp_path / "job" / "chk-4").mkdir()       # in progress: state, no metadata yet
+    (tmp_path / "job" / "shared").mkdir()      # not a checkpoint
+    assert cp.latest_completed(job_dir) == f"{job_dir}/chk-3"

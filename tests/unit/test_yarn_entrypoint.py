@@ -126,3 +126,43 @@ def test_a_supervised_task_cancelled_at_the_end_is_no_failure():
 
     asyncio.run(scenario())
     assert fatal == []
+
+
+@NO_HANG
+@pytest.mark.parametrize("attempt, stored, status, removed", [
+    # The job ended in the attempt before: it is not run again; the end is final.
+    (2, "FINISHED", "SUCCEEDED", True),
+    (2, "FAILED", "FAILED", True),
+    # A failed end before the last attempt: YARN starts the next, which needs the store.
+    (1, "FAILED", "FAILED", False),
+])
+def test_an_attempt_takes_the_stored_result_and_keeps_the_store_unless_the_end_is_final(
+        tmp_path, monkeypatch, attempt, stored, status, removed):
+    from flinkyarn.gateways.dispatcher import JobDetails
+    from flinkyarn.job_store import JobStore
+
+    store = JobStore(str(tmp_path / "store"))
+    store.put_result(JobDetails(JobID("j1"), "waits", stored, 1.0, 2.0,
+                                None if stored == "FINISHED" else "it broke", []))
+    monkeypatch.setenv("CONTAINER_ID", f"container_1_0001_0{attempt}_000001")
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)  # the ResourceManager's cap: 2
+    cleaned: list[list[str]] = []
+    monkeypatch.setattr(yarn_entrypoint, "remove_staging_files",
+                        lambda paths, app_id: cleaned.append(paths))
+    monkeypatch.setattr(yarn_entrypoint.hadoop, "attempt_diagnostics", lambda app, n: "killed")
+    app = FakeApplication()
+    argv_store = ["--job-store", str(tmp_path / "store"), "--staging-file", "/staging/x"]
+    monkeypatch.setattr(yarn_entrypoint, "main", _with_arguments(yarn_entrypoint.main, argv_store))
+
+    code = run_main(tmp_path, monkeypatch, app)
+
+    assert code == (0 if status == "SUCCEEDED" else 1)
+    final_status, diagnostics = app.final
+    assert final_status == status
+    assert diagnostics.startswith(f"job 'waits' (j1) {stored}")
+    assert ("AppMaster attempt 2 of 2" in diagnostics) is (attempt == 2)
+    assert cleaned == ([["/staging/x"]] if removed else [])
+
+
+def _with_arguments(main, extra):
+    return lambda argv: main([*argv, *extra])

@@ -1,0 +1,113 @@
+"""What an application's next AppMaster attempt needs of the one before it, on the
+default filesystem (`high-availability.storageDir`, one folder per application): where
+Flink keeps its JobGraphStore, JobResultStore and leader information in ZooKeeper or
+Kubernetes, we have YARN's attempts and HDFS.
+
+    <folder>/jobs/<job id>.msgpack       every accepted JobGraph, before it is acknowledged
+    <folder>/results/<job id>.json       the final JobDetails of every job that ended
+    <folder>/leader-<attempt>.json       each attempt's REST address, once it serves
+
+Each file is written whole under a hidden name, then renamed: a reader sees all of it
+or nothing. A job with a result is never run again; a job without one is run again by
+the next attempt. Clients find the AppMaster of the newest attempt through its leader
+file (the REST address changes with the container)."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import msgspec
+import pyarrow.fs as pafs
+
+from flinkyarn.connectors import filesystems
+from flinkyarn.gateways.dispatcher import JobDetails
+from flinkyarn.ids import JobID
+from flinkyarn.jobgraph import JobGraph
+
+_LEADER = re.compile(r"leader-(\d+)\.json$")
+
+
+class Leader(msgspec.Struct, frozen=True):
+    """Where attempt `attempt` of the AppMaster serves."""
+
+    attempt: int
+    rest_address: str
+    dashboard_url: str
+
+
+def attempt_of(container_id: str | None = None) -> int:
+    """The application attempt a container belongs to (1 when not in a YARN container):
+    container_[e<epoch>_]<cluster timestamp>_<application>_<attempt>_<container>."""
+    container_id = container_id if container_id is not None else os.environ.get("CONTAINER_ID", "")
+    parts = container_id.split("_")
+    if len(parts) < 5 or not parts[-2].isdigit():
+        return 1
+    return int(parts[-2])
+
+
+class JobStore:
+    def __init__(self, folder: str) -> None:
+        """`folder`: a local path or an hdfs:// URL, this application's own."""
+        self.folder = folder
+        self._fs, self._root = filesystems.resolve(folder)
+
+    def _write(self, path: str, data: bytes) -> None:
+        folder = path.rpartition("/")[0]
+        filesystems.ensure_folder(self._fs, folder)
+        temporary = f"{folder}/.{path.rpartition('/')[2]}-{uuid.uuid4().hex[:8]}"
+        with self._fs.open_output_stream(temporary) as out:
+            out.write(data)
+        filesystems.replace(self._fs, temporary, path)
+
+    def _read(self, path: str) -> bytes:
+        with self._fs.open_input_stream(path) as source:
+            data: bytes = source.read()
+        return data
+
+    def _names(self, folder: str) -> list[str]:
+        """The visible names in `folder` (none when it does not exist)."""
+        entries = self._fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        return sorted(e.base_name for e in entries if not e.base_name.startswith("."))
+
+    # ------------------------------------------------------------------ jobs
+
+    def put_graph(self, graph: JobGraph) -> None:
+        self._write(f"{self._root}/jobs/{graph.job_id}.msgpack", msgspec.msgpack.encode(graph))
+
+    def put_result(self, details: JobDetails) -> None:
+        self._write(f"{self._root}/results/{details.job_id}.json", msgspec.json.encode(details))
+
+    def graphs(self) -> list[JobGraph]:
+        """Every accepted JobGraph, in the order of their ids (an attempt resubmits those
+        without a result)."""
+        return [msgspec.msgpack.decode(self._read(f"{self._root}/jobs/{name}"), type=JobGraph)
+                for name in self._names(f"{self._root}/jobs") if name.endswith(".msgpack")]
+
+    def results(self) -> dict[JobID, JobDetails]:
+        found = {}
+        for name in self._names(f"{self._root}/results"):
+            if name.endswith(".json"):
+                details = msgspec.json.decode(self._read(f"{self._root}/results/{name}"),
+                                              type=JobDetails)
+                found[details.job_id] = details
+        return found
+
+    # ---------------------------------------------------------------- leaders
+
+    def put_leader(self, leader: Leader) -> None:
+        self._write(f"{self._root}/leader-{leader.attempt}.json", msgspec.json.encode(leader))
+
+    def leader(self) -> Leader | None:
+        """The newest attempt's leader file, if any attempt served yet."""
+        attempts = [int(m.group(1)) for name in self._names(self._root)
+                    if (m := _LEADER.match(name))]
+        if not attempts:
+            return None
+        return msgspec.json.decode(self._read(f"{self._root}/leader-{max(attempts)}.json"),
+                                   type=Leader)
+
+    def remove(self) -> None:
+        """The whole folder: the application has ended for good."""
+        filesystems.delete(self._fs, self._root)

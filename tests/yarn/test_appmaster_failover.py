@@ -1,0 +1,197 @@
+"""Issue 15 on the two-node Hadoop: a lost AppMaster comes back as YARN's next attempt and
+its job goes on. The AppMaster container's processes (skein's JVM and our master) are
+SIGKILLed while the job's tasks run, as when its node is lost; the next attempt finds
+the job in the job store on HDFS, runs it again, and the attached client follows it
+there and exits with the job's status."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import cloudpickle
+import pyarrow.parquet as pq
+import pytest
+
+import local_hadoop
+from flinkyarn import Pipeline, hadoop
+from flinkyarn.connectors.filesystems import resolve
+from tests.local import jobs
+from tests.yarn.test_on_yarn import FAST, REPO, TAG
+from yarn_client import yarn_cluster
+from yarn_client.rest_client import RestError
+
+pytestmark = pytest.mark.usefixtures("hadoop")
+cloudpickle.register_pickle_by_value(jobs)  # the containers have no tests to import
+
+WORDS = [f"w{i}" for i in range(10)]
+BATCHES = 30  # per subtask, 0.5 s apart: the job runs for some 15 s
+
+SLOW_WORDCOUNT = f"""
+import sys, time
+import pyarrow as pa
+from flinkyarn import Pipeline
+
+def words(subtask, parallelism):
+    for _ in range({BATCHES}):
+        time.sleep(0.5)
+        yield pa.record_batch([pa.array({WORDS!r})], names=["word"])
+
+p = Pipeline("slow wordcount", parallelism=2)
+p.from_generator(words).key_by("word").count().write_parquet(sys.argv[1])
+p.execute()
+"""
+
+
+def container_processes(container_id: str) -> list[int]:
+    """The processes of a YARN container on this machine (its environment names it)."""
+    marker = f"CONTAINER_ID={container_id}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactly(tmp_path):
+    program = tmp_path / "slow_wordcount.py"
+    program.write_text(SLOW_WORDCOUNT)
+    output = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}/counts"
+    tag = f"{TAG}-am-failover"
+    client = subprocess.Popen(
+        [sys.executable, "-m", "yarn_client", "run", *FAST, "--tags", tag, str(program), output],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        [app] = wait_for(lambda: yarn_cluster.flinkyarn_applications(tag=tag), 120,
+                         "the application")
+        app_id = app["id"]
+        # Tasks run: the AppMaster's dashboard says so through YARN, its first attempt.
+        first = "container_" + app_id.removeprefix("application_") + "_01_000001"
+        wait_for(lambda: _tasks_running(app_id), 120, "the job's tasks to run")
+        killed = container_processes(first)
+        assert killed, f"no process of {first} on this machine"
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+
+        stdout, stderr = client.communicate(timeout=300)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 0, stderr[-3000:]
+    assert ("the AppMaster was replaced: attempt 2 serves now (attempt 1 ended: AM Container "
+            f"for appattempt_{app_id.removeprefix('application_')}_000001 exited with exitCode: 137"
+            in stderr)
+    report = yarn_cluster.application_report(app_id)
+    assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+    assert "AppMaster attempt 2 of 2" in report["diagnostics"]
+    filesystem, path = resolve(output)
+    counts = pq.read_table(path, filesystem=filesystem).to_pydict()
+    assert dict(zip(counts["word"], counts["count"])) == {w: 2 * BATCHES for w in WORDS}
+    # The job store went with the application.
+    user = os.environ.get("USER") or "root"
+    assert not hadoop.hdfs().exists(f"/user/{user}/.flinkyarn/ha/{app_id}")
+
+
+def _tasks_running(app_id: str, name: str | None = None) -> bool:
+    """Whether the tasks of a vertex of the application's job (named `name`) all run."""
+    try:
+        rest = yarn_cluster.connect(app_id)
+        jobs = [j for j in rest.jobs().jobs if name is None or j.name == name]
+        if not jobs:
+            return False
+        details = rest.job(jobs[-1].job_id)
+    except Exception:  # not up yet
+        return False
+    return any(v.state_counts.get("RUNNING", 0) == v.parallelism for v in details.vertices)
+
+
+def test_a_session_keeps_its_jobs_through_a_lost_appmaster_and_takes_new_ones():
+    """One job finished and a streaming one running (checkpoints on HDFS, an exactly-once
+    sink) when the AppMaster is lost: the next attempt lists the finished one as it
+    ended (not run again), resumes the streaming one from its latest checkpoint (every
+    row once, none missing, after a stop with a savepoint), and takes a new job; a
+    client of the lost attempt is sent to the new one."""
+    from tests.yarn.test_on_yarn import flinkyarn
+
+    folder = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
+    started = flinkyarn("session", "start", *FAST, "--tags", f"{TAG}-am-failover-session")
+    assert started.returncode == 0, started.stderr[-3000:]
+    app_id = started.stdout.strip().splitlines()[-1]
+    try:
+        def run_two_stage_job():
+            done = subprocess.run([sys.executable, "-m", "yarn_client", "run", "-t", "yarn-session",
+                                   "--application-id", app_id, "examples/two_stage_job.py", "2"],
+                                  cwd=REPO, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-3000:]
+
+        run_two_stage_job()
+        rest = yarn_cluster.connect(app_id)  # of attempt 1; it follows to attempt 2
+        [finished] = rest.jobs().jobs
+        p = Pipeline("generated", parallelism=2, configuration={
+            "execution.checkpointing.interval": "500 ms",
+            "state.checkpoints.dir": f"{folder}/checkpoints"})
+        p.from_data_generator(jobs.as_rows, rows_per_second=400).write_parquet(f"{folder}/out")
+        job = rest.submit(p.job_graph())
+        answered(lambda: (v := rest.job(job).checkpoints) and v.completed >= 2, 120,
+                 "two checkpoints")
+        first = "container_" + app_id.removeprefix("application_") + "_01_000001"
+        for pid in container_processes(first):
+            os.kill(pid, signal.SIGKILL)
+
+        answered(lambda: (v := rest.job(job).checkpoints) and rest.attempt == 2
+                 and v.restored_from is not None and v.completed >= 2, 180,
+                 "the job to go on from its checkpoint in attempt 2")
+        rest.savepoint(job, f"{folder}/savepoints", stop=True, timeout=120)
+        details = answered(lambda: (d := rest.job(job)).status in ("FINISHED", "FAILED") and d,
+                           60, "the job's end")
+        assert details.status == "FINISHED", details.failure_cause
+        filesystem, path = resolve(f"{folder}/out")
+        numbers = pq.read_table(path, filesystem=filesystem).column("n").to_pylist()
+        assert len(numbers) == len(set(numbers)) > 100
+        for subtask in (0, 1):  # each subtask's numbers from the first, without a gap
+            mine = sorted(n for n in numbers if n % 2 == subtask)
+            assert mine == list(range(subtask, 2 * len(mine), 2)), subtask
+
+        # The finished job as it ended, not run again (its times are those of attempt 1).
+        listed = flinkyarn("list", app_id)
+        assert listed.returncode == 0, listed.stderr
+        assert "AppMaster attempt 2; attempt 1 ended:" in listed.stdout
+        assert f"{finished.job_id}  FINISHED   {finished.name}" in listed.stdout
+        [kept] = [j for j in rest.jobs().jobs if j.job_id == finished.job_id]
+        assert (kept.start_time, kept.end_time) == (finished.start_time, finished.end_time)
+        run_two_stage_job()  # a new job goes into the same application
+    finally:
+        stopped = flinkyarn("session", "stop", app_id)
+    assert stopped.returncode == 0, stopped.stderr
+    report = yarn_cluster.application_report(app_id)
+    assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+
+
+def answered(condition, timeout: float, what: str):
+    """wait_for, where the AppMaster may not answer meanwhile (it is being replaced)."""
+    def probe():
+        try:
+            return condition()
+        except RestError:
+            return None
+    return wait_for(probe, timeout, what)
