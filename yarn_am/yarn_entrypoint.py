@@ -142,7 +142,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
     graph = None
     if args.mode == "per-job":
         graph = msgspec.msgpack.decode(Path(args.job_graph).read_bytes(), type=JobGraph)
-    title = f"flinkyarn {args.mode}: {graph.name if graph else app.id}"
+    title = f"flinkyarn {args.mode}: {graph.name if graph else app.id}" + (
+        f" (AppMaster attempt {attempt})" if attempt > 1 else "")
     appmaster: AppMaster | None = None
 
     def on_fatal(diagnostic: str) -> None:

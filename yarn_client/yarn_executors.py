@@ -94,6 +94,8 @@ class PerJobExecutor:
             return result
         details = self._follow(deployment, graph)
         report = yarn_cluster.wait_for_end(deployment.app_id)
+        # An AppMaster killed on its last attempt could not remove what it kept on HDFS.
+        yarn_cluster.remove_leftovers(deployment.app_id, self.descriptor.conf)
         print(f"application {deployment.app_id} {report['state']}/{report['finalStatus']}"
               f"{': ' + report['diagnostics'].strip() if report.get('diagnostics') else ''}",
               file=self.out, flush=True)

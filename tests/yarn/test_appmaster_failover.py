@@ -7,6 +7,7 @@ there and exits with the job's status."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,14 +50,17 @@ p.execute()
 
 
 def container_processes(container_id: str) -> list[int]:
-    """The processes of a YARN container on this machine (its environment names it)."""
+    """The processes on this machine of the YARN container `container_id` (or, ending
+    in "_", of every container whose id starts so): their environment names it."""
     marker = f"CONTAINER_ID={container_id}".encode()
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
+            variables = (proc / "environ").read_bytes().split(b"\0")
+            if any(v == marker or (container_id.endswith("_") and v.startswith(marker))
+                   for v in variables):
                 found.append(int(proc.name))
         except OSError:
             continue
@@ -73,11 +77,15 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactly(tmp_path):
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactly(tmp_path, kills):
+    """Killed once, the job finishes in attempt 2; killed in attempt 2 again, the
+    application has no attempt left: FAILED with YARN's cause, nothing left running,
+    and the client says so and exits 1."""
     program = tmp_path / "slow_wordcount.py"
     program.write_text(SLOW_WORDCOUNT)
     output = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}/counts"
-    tag = f"{TAG}-am-failover"
+    tag = f"{TAG}-am-failover-{kills}"
     client = subprocess.Popen(
         [sys.executable, "-m", "yarn_client", "run", *FAST, "--tags", tag, str(program), output],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -85,37 +93,52 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
         [app] = wait_for(lambda: yarn_cluster.flinkyarn_applications(tag=tag), 120,
                          "the application")
         app_id = app["id"]
-        # Tasks run: the AppMaster's dashboard says so through YARN, its first attempt.
-        first = "container_" + app_id.removeprefix("application_") + "_01_000001"
-        wait_for(lambda: _tasks_running(app_id), 120, "the job's tasks to run")
-        killed = container_processes(first)
-        assert killed, f"no process of {first} on this machine"
-        for pid in killed:
-            os.kill(pid, signal.SIGKILL)
-
+        for attempt in range(1, kills + 1):
+            # Tasks run: the AppMaster's REST API says so, the attempt's own.
+            wait_for(lambda attempt=attempt: tasks_running(app_id, attempt=attempt), 120,
+                     f"the job's tasks to run in attempt {attempt}")
+            master = f"container_{app_id.removeprefix('application_')}_{attempt:02d}_000001"
+            killed = container_processes(master)
+            assert killed, f"no process of {master} on this machine"
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
         stdout, stderr = client.communicate(timeout=300)
     finally:
         if client.poll() is None:
             client.kill()
+    report = yarn_cluster.application_report(app_id)
+    user = os.environ.get("USER") or "root"
+    # The job store went with the application (or with the client, after the last kill).
+    assert not hadoop.hdfs().exists(f"/user/{user}/.flinkyarn/ha/{app_id}")
+    if kills == 2:
+        assert client.returncode == 1, stderr[-3000:]
+        assert (report["state"], report["finalStatus"]) == ("FAILED", "FAILED")
+        assert re.search(rf"appattempt_{app_id.removeprefix('application_')}_000002 exited "
+                         r"with\s+exitCode: 137", report["diagnostics"]), report["diagnostics"]
+        assert f"application {app_id} FAILED/FAILED" in stderr
+        # YARN ends every container of the application: no TaskExecutor is left.
+        wait_for(lambda: not container_processes(f"container_{app_id.removeprefix('application_')}_"),
+                 60, "the application's containers to end")
+        return
     assert client.returncode == 0, stderr[-3000:]
     assert ("the AppMaster was replaced: attempt 2 serves now (attempt 1 ended: AM Container "
             f"for appattempt_{app_id.removeprefix('application_')}_000001 exited with exitCode: 137"
             in stderr)
-    report = yarn_cluster.application_report(app_id)
     assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
     assert "AppMaster attempt 2 of 2" in report["diagnostics"]
     filesystem, path = resolve(output)
     counts = pq.read_table(path, filesystem=filesystem).to_pydict()
     assert dict(zip(counts["word"], counts["count"])) == {w: 2 * BATCHES for w in WORDS}
-    # The job store went with the application.
-    user = os.environ.get("USER") or "root"
-    assert not hadoop.hdfs().exists(f"/user/{user}/.flinkyarn/ha/{app_id}")
 
 
-def _tasks_running(app_id: str, name: str | None = None) -> bool:
-    """Whether the tasks of a vertex of the application's job (named `name`) all run."""
+def tasks_running(app_id: str, name: str | None = None, attempt: int = 1) -> bool:
+    """Whether the tasks of a vertex of the application's job (named `name`) all run,
+    as AppMaster attempt `attempt` says."""
     try:
         rest = yarn_cluster.connect(app_id)
+        rest.jobs()
+        if rest.attempt != attempt:
+            return False
         jobs = [j for j in rest.jobs().jobs if name is None or j.name == name]
         if not jobs:
             return False
