@@ -32,6 +32,13 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def leader_id(attempt: int = 1) -> str:
+    """A new leader id of a component of the AppMaster's attempt `attempt` (YARN's
+    application attempt): `a<attempt>-<hex>`, so that a call fenced off as stale says
+    which attempt it was meant for."""
+    return f"a{attempt}-{new_id()}"
+
+
 class SlotID(msgspec.Struct, frozen=True, order=True):
     """The slot_number-th slot of the TaskExecutor resource_id."""
 

@@ -52,11 +52,13 @@ class AppMaster:
     def __init__(self, conf: Configuration, security: ClusterSecurity,
                  driver: ResourceManagerDriver, title: str = "flinkyarn",
                  delegation_tokens: DelegationTokenManager | None = None,
-                 job_store: JobStore | None = None) -> None:
+                 job_store: JobStore | None = None, attempt: int = 1) -> None:
         """`job_store`: where an earlier attempt left its jobs (taken over before the
-        REST API serves) and this one keeps its own (flinkyarn/job_store.py)."""
+        REST API serves) and this one keeps its own (flinkyarn/job_store.py); `attempt`:
+        the YARN application attempt this AppMaster is (its leader ids name it)."""
         self.conf = conf
         self.job_store = job_store
+        self.attempt = attempt
         self.security = security
         self.driver = driver
         self.title = title
@@ -80,11 +82,11 @@ class AppMaster:
                          ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
         rpc_address = await rpc.start()
         resource_manager = ResourceManager(rpc, ResourceManagerConfig.from_configuration(conf),
-                                           self.driver)
+                                           self.driver, attempt=self.attempt)
         tokens = self.delegation_tokens
         self.dispatcher = dispatcher = Dispatcher(
             rpc, resource_manager, conf, lambda: tokens.status if tokens is not None else None,
-            job_store=self.job_store)
+            job_store=self.job_store, attempt=self.attempt)
         resource_manager.job_leader_id = dispatcher.job_leader_id
         host = conf.get(options.REST_ADDRESS)
         rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),

@@ -72,13 +72,16 @@ class Dispatcher(RpcEndpoint):
     def __init__(self, rpc: RpcService, resource_manager: ResourceManager,
                  conf: Configuration,
                  token_status: Callable[[], TokenStatus | None] = lambda: None,
-                 clock: Clock | None = None, job_store: JobStore | None = None) -> None:
-        """`clock`: what the Dispatcher and the JobMasters it starts follow."""
+                 clock: Clock | None = None, job_store: JobStore | None = None,
+                 attempt: int = 1) -> None:
+        """`clock`: what the Dispatcher and the JobMasters it starts follow; `attempt`:
+        the AppMaster's YARN application attempt (the JobMasters' leader ids name it)."""
         super().__init__(rpc, "dispatcher", DispatcherGateway, clock)
         self._resource_manager = resource_manager
         self._conf = conf
         self._token_status = token_status
         self._store = job_store
+        self._attempt = attempt
         JobMasterConfig.from_configuration(conf)  # the cluster's own settings must hold
         self.jobs: dict[JobID, JobRecord] = {}
 
@@ -141,7 +144,7 @@ class Dispatcher(RpcEndpoint):
         savepoint = await self._savepoint_of(graph, config, recovered)
         job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
                                on_terminated=self._job_terminated, clock=self._clock,
-                               savepoint=savepoint)
+                               savepoint=savepoint, attempt=self._attempt)
         self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
         if self._store is not None and not recovered:  # accepted means it survives us
             try:

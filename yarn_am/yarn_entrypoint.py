@@ -160,7 +160,7 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
 
     tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
     appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title, tokens,
-                          job_store=store)
+                          job_store=store, attempt=attempt)
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:

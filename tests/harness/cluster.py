@@ -282,7 +282,8 @@ class Cluster:
     if any)."""
 
     def __init__(self, conf: Configuration, initial_workers: int = 0,
-                 yarn: FakeSkeinApp | None = None, job_store: JobStore | None = None) -> None:
+                 yarn: FakeSkeinApp | None = None, job_store: JobStore | None = None,
+                 attempt: int = 1) -> None:
         self.conf = conf
         self.clock = ManualClock()
         self.network = InProcessNetwork(self.clock)
@@ -299,9 +300,9 @@ class Cluster:
             yarn.on_running, yarn.on_ended = self._container_runs, self._container_ended
             self.driver = HarnessYarnDriver(yarn, poll_interval=1.0, clock=self.clock)
         self.resource_manager = ResourceManager(self.appmaster.rpc, rm_config, self.driver,
-                                                self.clock)
+                                                self.clock, attempt=attempt)
         self.dispatcher = Dispatcher(self.appmaster.rpc, self.resource_manager, conf,
-                                     clock=self.clock, job_store=job_store)
+                                     clock=self.clock, job_store=job_store, attempt=attempt)
         self.resource_manager.job_leader_id = self.dispatcher.job_leader_id
         self._client = Process(self, "client", CLIENT)
 
@@ -407,16 +408,18 @@ class Cluster:
 @contextlib.asynccontextmanager
 async def in_process_cluster(conf: dict[str, str] | None = None, *, task_executors: int = 0,
                              yarn: FakeSkeinApp | None = None,
-                             job_store: JobStore | None = None) -> AsyncIterator[Cluster]:
+                             job_store: JobStore | None = None,
+                             attempt: int = 1) -> AsyncIterator[Cluster]:
     """A started Cluster on the running loop (see the module docstring), stopped on exit.
     `conf`: options over DEFAULTS; `task_executors`: workers the driver starts with the
     cluster (as YARN starts a per-job cluster's first one); `yarn`: the fake skein
     application for the real YarnDriver, instead of the InProcessDriver; `job_store`:
-    the Dispatcher's (an AppMaster attempt takes over what is in it). The loop's
+    the Dispatcher's (an AppMaster attempt takes over what is in it); `attempt`: the
+    YARN application attempt the AppMaster is (its leader ids name it). The loop's
     default executor becomes a LoopExecutor: blocking calls run on the loop."""
     asyncio.get_running_loop().set_default_executor(LoopExecutor())
     cluster = Cluster(Configuration({**DEFAULTS, **(conf or {})}), task_executors, yarn,
-                      job_store)
+                      job_store, attempt)
     await cluster.start()
     try:
         yield cluster

@@ -76,3 +76,43 @@ def test_a_new_attempt_lists_ended_jobs_and_runs_the_others_again(tmp_path):
             done: "FINISHED", running: "FINISHED"}
 
     asyncio.run(main())
+
+
+def test_a_call_stamped_with_the_leader_ids_of_the_attempt_before_is_refused():
+    """The leader ids of an attempt name it: a TaskExecutor that still talks to attempt
+    1's JobMaster or ResourceManager is refused by attempt 2's with a clear error, and
+    nothing changes."""
+    from flinkyarn.gateways.job_master import (JobMasterGateway, TaskState,
+                                               UpdateTaskExecutionState, job_master_endpoint)
+    from flinkyarn.gateways.resource_manager import DisconnectTaskExecutor, ResourceManagerGateway
+    from flinkyarn.ids import JobMasterId, ResourceManagerId, leader_id
+    from flinkyarn.rpc.errors import StaleCall
+    from tests.unit.test_harness_fencing import TE1, one_task_running, state_of
+
+    async def main() -> None:
+        async with in_process_cluster(task_executors=1, attempt=2) as cluster:
+            run = await one_task_running(cluster)
+            assert run.job_master.job_master_id.startswith("a2-")
+            assert cluster.resource_manager.resource_manager_id.startswith("a2-")
+            before = state_of(cluster)
+            process = cluster.task_executors[TE1]
+            job_master = process.rpc.connect(cluster.appmaster.address,
+                                             job_master_endpoint(run.job_master.job_id),
+                                             JobMasterGateway)
+            resource_manager = process.rpc.connect(cluster.appmaster.address, "resourcemanager",
+                                                   ResourceManagerGateway)
+            old_job_master = JobMasterId(leader_id(1))
+            old_resource_manager = ResourceManagerId(leader_id(1))
+            with pytest.raises(StaleCall, match=rf"stale JobMaster id: the call carries "
+                                                rf"'{old_job_master}', current is 'a2-"):
+                await job_master.update_task_execution_state(UpdateTaskExecutionState(
+                    old_job_master, run.task.attempt_id, TaskState.FAILED, "from attempt 1"))
+            with pytest.raises(StaleCall, match=rf"stale ResourceManager id: the call carries "
+                                                rf"'{old_resource_manager}', current is 'a2-"):
+                await resource_manager.disconnect_task_executor(DisconnectTaskExecutor(
+                    old_resource_manager, run.task_executor.rm_connection.instance_id, TE1,
+                    "from attempt 1"))
+            await cluster.advance(5.0)
+            assert state_of(cluster) == before and run.task.state is TaskState.RUNNING
+
+    asyncio.run(main())

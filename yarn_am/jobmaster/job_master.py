@@ -45,7 +45,8 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlot
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID, InstanceID,
-                           JobID, JobMasterId, ResourceID, ResourceManagerId, new_id)
+                           JobID, JobMasterId, ResourceID, ResourceManagerId, leader_id,
+                           new_id)
 from flinkyarn.jobgraph import JobGraph, ResultPartitionType, ScheduleMode
 from flinkyarn import registration as registration_retry
 from flinkyarn.options import (CheckpointConfig, HeartbeatConfig, RegistrationConfig,
@@ -135,14 +136,15 @@ class JobMaster(RpcEndpoint):
     def __init__(self, rpc: RpcService, job_graph: JobGraph, resource_manager_address: str,
                  config: JobMasterConfig, on_terminated: Callable[[JobResult], None],
                  clock: Clock | None = None,
-                 savepoint: Resume | None = None) -> None:
-        """`savepoint`: what the job resumes from (the Dispatcher read and checked it)."""
+                 savepoint: Resume | None = None, attempt: int = 1) -> None:
+        """`savepoint`: what the job resumes from (the Dispatcher read and checked it);
+        `attempt`: the AppMaster's YARN application attempt, which its leader id names."""
         super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway, clock)
         self.job_graph = job_graph
         self.job_id = job_graph.job_id
         self.config = config
         self._on_terminated = on_terminated
-        self.job_master_id = JobMasterId(new_id())
+        self.job_master_id = JobMasterId(leader_id(attempt))
         self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
         # Checkpoints, for a streaming job that asks for them (every exchange pipelined:
         # barriers do not cross blocking ones, and Flink takes none in batch mode).

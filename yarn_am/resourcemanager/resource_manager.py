@@ -39,7 +39,7 @@ from flinkyarn.gateways.task_executor import (AllocateSlot as AllocateSlotCall,
                                               DisconnectResourceManager, TaskExecutorGateway,
                                               UpdateDelegationTokens)
 from flinkyarn.heartbeat import HeartbeatManager
-from flinkyarn.ids import InstanceID, JobID, JobMasterId, ResourceID, ResourceManagerId, new_id
+from flinkyarn.ids import InstanceID, JobID, JobMasterId, ResourceID, ResourceManagerId, leader_id, new_id
 from flinkyarn.options import HeartbeatConfig
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
@@ -95,11 +95,13 @@ class JobMasterRecord:
 
 class ResourceManager(RpcEndpoint):
     def __init__(self, rpc: RpcService, config: ResourceManagerConfig,
-                 driver: ResourceManagerDriver, clock: Clock | None = None) -> None:
+                 driver: ResourceManagerDriver, clock: Clock | None = None,
+                 attempt: int = 1) -> None:
+        """`attempt`: the AppMaster's YARN application attempt, which its leader id names."""
         super().__init__(rpc, "resourcemanager", ResourceManagerGateway, clock)
         self.config = config
         self.driver = driver
-        self.resource_manager_id = ResourceManagerId(new_id())
+        self.resource_manager_id = ResourceManagerId(leader_id(attempt))
         self.resource_id = ResourceID(f"resourcemanager-{self.resource_manager_id[:8]}")
         self.slot_manager = SlotManager(config.worker, config.taskmanager_timeout,
                                         config.slot_request_timeout, config.max_workers)
