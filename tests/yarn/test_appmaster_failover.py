@@ -6,12 +6,14 @@ there and exits with the job's status."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -203,6 +205,11 @@ def test_a_session_keeps_its_jobs_through_a_lost_appmaster_and_takes_new_ones():
         [kept] = [j for j in rest.jobs().jobs if j.job_id == finished.job_id]
         assert (kept.start_time, kept.end_time) == (finished.start_time, finished.end_time)
         run_two_stage_job()  # a new job goes into the same application
+        # The dashboard is back where YARN's tracking URL leads, with every job.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        page = html.unescape(opener.open(f"{yarn_cluster.rm_web_address()}/proxy/{app_id}"
+                                         f"/pages/flinkyarn/", timeout=30).read().decode())
+        assert "AppMaster attempt 2" in page and finished.job_id in page and job in page
     finally:
         stopped = flinkyarn("session", "stop", app_id)
     assert stopped.returncode == 0, stopped.stderr
