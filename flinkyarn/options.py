@@ -184,6 +184,9 @@ YARN_STAGING_DIRECTORY = option(
 YARN_APPLICATION_ATTEMPTS = option(
     "yarn.application-attempts", integer(1), "2",
     "How many times YARN starts the AppMaster of an application (at most the ResourceManager's yarn.resourcemanager.am.max-attempts): a lost AppMaster comes back as the next attempt and its unfinished jobs run again (flinkyarn/job_store.py).")
+YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL = option(
+    "yarn.application-attempt-failures-validity-interval", DURATION, "10 s",
+    "Only AppMaster failures within this time of each other count towards yarn.application-attempts; 0: every failure counts, however long ago (YARN's default).")
 HA_STORAGE_DIR = option(
     "high-availability.storageDir", STRING, "",
     "Folder on the cluster's default filesystem where each application keeps what its next AppMaster attempt needs (its accepted jobs, their results, where it serves), in a folder per application; empty: <yarn.staging-directory>/ha.")

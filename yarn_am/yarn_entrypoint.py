@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome.status = "FAILED"
         outcome.diagnostics = f"the flinkyarn AppMaster failed: {type(error).__name__}: {error}"
     if attempt > 1:
-        outcome.diagnostics = f"{outcome.diagnostics} (AppMaster attempt {attempt} of {attempts})"
+        outcome.diagnostics = f"{outcome.diagnostics} (AppMaster attempt {attempt})"
     log.info("final status %s: %s", outcome.status, outcome.diagnostics)
     if outcome.status == "SUCCEEDED" or attempt >= attempts or (
             outcome.status == "KILLED" and hadoop.attempt_killed(app.id, attempt)):

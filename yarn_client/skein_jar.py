@@ -12,6 +12,8 @@ constant pool (Utf8 constants: tag 1, a two-byte length, the bytes; nothing in a
 file refers to constant-pool byte offsets, so changing a length is safe). Nothing else
 changes. The copy is cached beside the user's other caches, keyed by the original's
 digest, and skein is pointed at it before it starts a driver (`use_flinkyarn_jar`).
+The copy also sets each application's attempt-failures validity interval (skein has no
+option for that either: yarn_client/skein_attempts.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import zipfile
 from pathlib import Path
 
 from flinkyarn import hadoop
+from yarn_client import skein_attempts
 
 APPLICATION_TYPE = "flinkyarn"
 _AM_JAVA = "/bin/java -Xmx128M "
@@ -36,7 +39,7 @@ _PATCHES = {
     "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_AM_JAVA, _AM_JAVA_17)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
-_EDITION = "flinkyarn4"  # bump when _PATCHES change, so cached copies are rebuilt
+_EDITION = "flinkyarn5"  # bump when the patches change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:
@@ -70,7 +73,10 @@ def patched_jar(original: str, cache: Path) -> Path:
             data = source.read(entry)
             if entry.filename in _PATCHES:
                 data = patch_class(data, entry.filename)
+            if entry.filename == "com/anaconda/skein/Driver.class":
+                data = skein_attempts.call_helper(data)
             out.writestr(entry, data)
+        out.writestr(skein_attempts.HELPER_FILE, skein_attempts.helper_class())
     os.replace(tmp, target)
     return target
 
@@ -132,12 +138,18 @@ def driver_java_options() -> str:
                                   os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", ""))))
 
 
-def client(log=False):
-    """skein's Client (it starts a driver), with the patched jar and lean JVM options."""
+def client(log=False, attempt_failures_validity_ms: int | None = None):
+    """skein's Client (it starts a driver), with the patched jar and lean JVM options;
+    the applications it submits count AppMaster failures within
+    `attempt_failures_validity_ms` of each other only (None, 0: all; see
+    yarn_client/skein_attempts.py)."""
     import skein
 
     use_flinkyarn_jar()
-    return skein.Client(log=log, java_options=driver_java_options())
+    options = driver_java_options()
+    if attempt_failures_validity_ms:
+        options = f"-D{skein_attempts.PROPERTY}={attempt_failures_validity_ms} {options}"
+    return skein.Client(log=log, java_options=options)
 
 
 def use_flinkyarn_jar() -> str:

@@ -139,13 +139,14 @@ class _StartingDriver:
     """skein's Client, started on a thread at once; `client()` waits for it, `close()`
     stops it whether it was used or not (its driver is a process of ours)."""
 
-    def __init__(self) -> None:
+    def __init__(self, attempt_failures_validity_ms: int = 0) -> None:
         from yarn_client import skein_jar
 
         log = HOME / "logs" / "skein-driver.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skein-driver")
-        self._future = self._pool.submit(skein_jar.client, str(log))
+        self._future = self._pool.submit(skein_jar.client, str(log),
+                                         attempt_failures_validity_ms)
 
     def client(self):
         return self._future.result()
@@ -192,7 +193,8 @@ class YarnClusterDescriptor:
         staging = shipping.Staging(self.conf, self._say)
         start = time.monotonic()
         # skein's driver (a JVM: seconds) starts while the files are shipped.
-        driver = _StartingDriver()
+        driver = _StartingDriver(round(
+            self.conf.get(options.YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL) * 1000))
         self._say("shipping to the cluster:")
         work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
         credentials, app_id, up = None, None, False

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from xml.etree import ElementTree
 
+import pytest
+
 from flinkyarn import hadoop
 from yarn_client.skein_jar import hdfs_site_with
 
@@ -41,3 +43,43 @@ def test_no_hdfs_site_or_an_unreadable_one(tmp_path):
     broken = tmp_path / "hdfs-site.xml"
     broken.write_text("<configuration><property>")
     assert hdfs_site_with(hadoop.CLIENT_HDFS, broken, tmp_path / "cache") is None
+
+
+def test_skeins_driver_calls_our_helper_which_sets_the_validity_interval():
+    """The rewrite of skein's Driver class (yarn_client/skein_attempts.py) on the jar skein
+    ships: one instruction changes, in place, to call a method whose class we add; the
+    rest of the class is untouched. (The YARN tier shows the JVM accepts both: attempts
+    further apart than the interval do not end an application.)"""
+    import struct
+    import zipfile
+
+    import skein.core
+
+    from yarn_client import skein_attempts
+
+    with zipfile.ZipFile(skein.core._SKEIN_JAR) as jar:
+        original = jar.read("com/anaconda/skein/Driver.class")
+        other = jar.read("com/anaconda/skein/Driver$DriverImpl.class")
+    patched = skein_attempts.call_helper(original)
+    entries, count, end = skein_attempts._pool(patched)
+    old_entries, old_count, old_end = skein_attempts._pool(original)
+    assert count == old_count + 6 and {i: entries[i] for i in old_entries} == old_entries
+    method = count - 1
+    assert entries[method][0] == 10  # a Methodref: of the helper's class and method
+    owner, name_and_type = struct.unpack(">HH", entries[method][1])
+    assert entries[struct.unpack(">H", entries[owner][1])[0]][1][2:] == skein_attempts.HELPER.encode()
+    # Past the pool, the class differs in the one call alone: same length, 3 bytes.
+    before, after = original[old_end:], patched[end:]
+    assert len(before) == len(after)
+    differing = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    assert len(differing) <= 3 and after[differing[0]] == 0xB8  # invokestatic
+    assert after[differing[0] + 1:differing[0] + 3] == struct.pack(">H", method)
+
+    helper = skein_attempts.helper_class()
+    assert helper[:4] == b"\xca\xfe\xba\xbe"
+    helper_entries, helper_count, _ = skein_attempts._pool(helper)
+    assert helper_count == 31
+    assert (1, b"\x00" + bytes([len(skein_attempts.PROPERTY)]) + skein_attempts.PROPERTY.encode()) \
+        in helper_entries.values()
+    with pytest.raises(skein_attempts.UnsupportedClass):  # another class: no such call
+        skein_attempts.call_helper(other)

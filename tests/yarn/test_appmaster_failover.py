@@ -79,17 +79,22 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-@pytest.mark.parametrize("kills", [1, 2])
-def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactly(tmp_path, kills):
-    """Killed once, the job finishes in attempt 2; killed in attempt 2 again, the
-    application has no attempt left: FAILED with YARN's cause, nothing left running,
-    and the client says so and exits 1."""
+@pytest.mark.parametrize("kills, window", [(1, "10 s"), (2, "60 s"), (2, "1 s")])
+def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactly(
+        tmp_path, kills, window):
+    """Killed once, the job finishes in attempt 2. Killed in attempt 2 again within
+    yarn.application-attempt-failures-validity-interval of the first, the application
+    has no attempt left: FAILED with YARN's cause, nothing left running, and the client
+    says so and exits 1; further apart than that, YARN starts attempt 3, where the job
+    finishes."""
     program = tmp_path / "slow_wordcount.py"
     program.write_text(SLOW_WORDCOUNT)
     output = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}/counts"
     tag = f"{TAG}-am-failover-{kills}"
     client = subprocess.Popen(
-        [sys.executable, "-m", "yarn_client", "run", *FAST, "--tags", tag, str(program), output],
+        [sys.executable, "-m", "yarn_client", "run", *FAST, "--tags", tag,
+         "-D", f"yarn.application-attempt-failures-validity-interval={window}",
+         str(program), output],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         [app] = wait_for(lambda: yarn_cluster.flinkyarn_applications(tag=tag), 120,
@@ -112,7 +117,7 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
     user = os.environ.get("USER") or "root"
     # The job store went with the application (or with the client, after the last kill).
     assert not hadoop.hdfs().exists(f"/user/{user}/.flinkyarn/ha/{app_id}")
-    if kills == 2:
+    if kills == 2 and window == "60 s":
         assert client.returncode == 1, stderr[-3000:]
         assert (report["state"], report["finalStatus"]) == ("FAILED", "FAILED")
         assert re.search(rf"appattempt_{app_id.removeprefix('application_')}_000002 exited "
@@ -123,11 +128,12 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
                  60, "the application's containers to end")
         return
     assert client.returncode == 0, stderr[-3000:]
-    assert ("the AppMaster was replaced: attempt 2 serves now (attempt 1 ended: AM Container "
-            f"for appattempt_{app_id.removeprefix('application_')}_000001 exited with exitCode: 137"
-            in stderr)
+    for attempt in range(1, kills + 1):
+        assert (f"the AppMaster was replaced: attempt {attempt + 1} serves now (attempt {attempt} "
+                f"ended: AM Container for appattempt_{app_id.removeprefix('application_')}"
+                f"_{attempt:06d} exited with exitCode: 137") in stderr
     assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
-    assert "AppMaster attempt 2 of 2" in report["diagnostics"]
+    assert f"(AppMaster attempt {kills + 1})" in report["diagnostics"]
     filesystem, path = resolve(output)
     counts = pq.read_table(path, filesystem=filesystem).to_pydict()
     assert dict(zip(counts["word"], counts["count"])) == {w: 2 * BATCHES for w in WORDS}
