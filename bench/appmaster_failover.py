@@ -102,7 +102,9 @@ def main() -> None:
     print(f"AppMaster SIGKILL -> tasks RUNNING again: {result['recovery_s']:.1f} s, "
           f"{result['recovery_vs_cold_start']:.2f}x a cold per-job start "
           f"({result['cold_start_s']:.1f} s)")
-    (REPO / "bench" / "results" / "appmaster_failover.json").write_text(json.dumps(result, indent=2))
+    out = REPO / "bench" / "results" / "appmaster_failover.json"
+    out.parent.mkdir(parents=True, exist_ok=True)  # not in a fresh clone (.gitignore)
+    out.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -173,6 +173,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-checkpoints-"))
     conf = Configuration.load(overrides={**FAST, "taskmanager.memory.process.size": "4 gb"})
     out = REPO / "bench" / "results" / "checkpoints.json"
+    out.parent.mkdir(parents=True, exist_ok=True)  # not in a fresh clone (.gitignore)
     if args.state_only:
         results = json.loads(out.read_text())
         with LocalCluster(conf, work_dir=work / "cluster", start_workers=1) as cluster:

@@ -132,6 +132,7 @@ def main() -> None:
     for name, ratio in ratios.items():
         print(f"{name:40} {ratio:5.2f}x")
     out = REPO / "bench" / "results" / "pyspark_submit.json"
+    out.parent.mkdir(parents=True, exist_ok=True)  # not in a fresh clone (.gitignore)
     out.write_text(json.dumps({"median_seconds": median, "ratios": ratios, "times": times},
                               indent=2))
 
