@@ -2,8 +2,9 @@
 whose HDFS and ResourceManager tokens live 1 minute unrenewed and 4 minutes at most
 (integration/kdc.py).
 
-One scenario, two sessions side by side (the wait past the tokens' maximum lifetime is
-shared):
+One scenario, two sessions side by side, started with the tier's first test (conftest's
+aging_sessions) so that their tokens age past their maximum lifetime while the tier's
+other tests run, instead of in a wait here:
 - with a keytab, the session logs in from it in the AppMaster, obtains new tokens before
   the old ones expire and hands them to its TaskExecutors: a running one (it keeps its
   slot between the jobs), and one started after the tokens of the submit are dead (YARN
@@ -29,12 +30,10 @@ import time
 import kdc
 from flinkyarn import hadoop
 from tests.yarn.test_pyspark_on_yarn import EXAMPLES, printed
-from tests.yarn_secure.conftest import FAST, TAG, flinkyarn, kinit, read_counts
+from tests.yarn_secure.conftest import AgingSessions, flinkyarn, read_counts, session_id
 from yarn_client import yarn_cluster
 
 KEYTAB_NAME = yarn_cluster.KEYTAB
-# Idle TaskExecutors stay: the second job finds the first's, which got its tokens pushed.
-KEEP = ["-D", "resourcemanager.taskmanager-timeout=10 min", "-s", "1"]
 
 
 def container_logs(layout, app_id: str) -> dict[str, str]:
@@ -46,29 +45,18 @@ def container_logs(layout, app_id: str) -> dict[str, str]:
     return found
 
 
-def session_id(result) -> str:
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result.stdout.strip().splitlines()[-1]
-
-
 def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_it_cannot(
-        secure_hadoop, corpus, tmp_path):
-    base, expected = corpus
-    principal, keytab = os.environ["FLINKYARN_TEST_PRINCIPAL"], os.environ["FLINKYARN_TEST_KEYTAB"]
-    with_keytab = tmp_path / "keytab-home" / "krb5cc"  # stays empty: the keytab logs in
-    with_keytab.parent.mkdir()
-    ticket = tmp_path / "ticket-home" / "krb5cc"
-    ticket.parent.mkdir()
-    kinit(ticket)
-    identity = ["-D", f"security.kerberos.login.keytab={keytab}",
-                "-D", f"security.kerberos.login.principal={principal}"]
-
-    started = time.time()
-    renewing = session_id(flinkyarn(with_keytab, "session", "start", *FAST, *KEEP, *identity,
-                                    "--tags", TAG))
-    plain_started = time.time()  # its tokens are younger: the first start may take a minute
-    plain_start = flinkyarn(ticket, "session", "start", *FAST, "--tags", TAG)
+        secure_hadoop, aging_sessions: AgingSessions, user_ticket):
+    """The sessions started with the tier (conftest's aging_sessions): the keytab's has
+    run its first job since; the tier's other tests ran while their tokens aged."""
+    aging = aging_sessions
+    base, expected = aging.base, aging.expected
+    with_keytab, ticket, identity = aging.with_keytab, aging.ticket, aging.identity
+    started, plain_started = aging.started, aging.plain_started
+    renewing = session_id(aging.renewing_start)
+    plain_start = aging.plain_start
     plain = session_id(plain_start)
+    keytab = os.environ["FLINKYARN_TEST_KEYTAB"]
     try:
         # Without a keytab: told at start, with the tokens' end.
         assert "warning: no keytab: this application's delegation tokens cannot be renewed past" \
@@ -81,10 +69,8 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
         assert filesystem.info(staged)["permission"] == "600"
         assert filesystem.info(staged.rsplit("/", 1)[0])["permission"] == "700"
 
-        first = flinkyarn(with_keytab, "run", "-t", "yarn-session", "--application-id", renewing, *identity,
-                          "examples/wordcount.py", "--input", f"{base}/in",
-                          "--output", f"{base}/out1", "--parallelism", "1")
-        assert first.returncode == 0, first.stderr[-4000:]
+        first = aging.first
+        assert first is not None and first.returncode == 0, first and first.stderr[-4000:]
         assert read_counts(f"{base}/out1") == expected
 
         # Past the maximum lifetime of every token the submit obtained.
