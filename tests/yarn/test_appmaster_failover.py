@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ import local_hadoop
 from flinkyarn import Pipeline, hadoop
 from flinkyarn.connectors.filesystems import resolve
 from tests.local import jobs
+from tests.local.conftest import wait_for
 from tests.yarn.test_on_yarn import FAST, REPO, TAG
 from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestError
@@ -69,16 +69,6 @@ def container_processes(container_id: str) -> list[int]:
     return found
 
 
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
 @pytest.mark.parametrize("kills, window", [(1, "10 s"), (2, "60 s"), (2, "1 s")])
 def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactly(
         tmp_path, kills, window):
@@ -98,12 +88,12 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         [app] = wait_for(lambda: yarn_cluster.flinkyarn_applications(tag=tag), 120,
-                         "the application")
+                         "the application", poll=0.2)
         app_id = app["id"]
         for attempt in range(1, kills + 1):
             # Tasks run: the AppMaster's REST API says so, the attempt's own.
             wait_for(lambda attempt=attempt: tasks_running(app_id, attempt=attempt), 120,
-                     f"the job's tasks to run in attempt {attempt}")
+                     f"the job's tasks to run in attempt {attempt}", poll=0.2)
             master = f"container_{app_id.removeprefix('application_')}_{attempt:02d}_000001"
             killed = container_processes(master)
             assert killed, f"no process of {master} on this machine"
@@ -125,7 +115,7 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
         assert f"application {app_id} FAILED/FAILED" in stderr
         # YARN ends every container of the application: no TaskExecutor is left.
         wait_for(lambda: not container_processes(f"container_{app_id.removeprefix('application_')}_"),
-                 60, "the application's containers to end")
+                 60, "the application's containers to end", poll=0.2)
         return
     assert client.returncode == 0, stderr[-3000:]
     for attempt in range(1, kills + 1):
@@ -230,4 +220,4 @@ def answered(condition, timeout: float, what: str):
             return condition()
         except RestError:
             return None
-    return wait_for(probe, timeout, what)
+    return wait_for(probe, timeout, what, poll=0.2)
