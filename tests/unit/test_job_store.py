@@ -116,3 +116,33 @@ def test_a_call_stamped_with_the_leader_ids_of_the_attempt_before_is_refused():
             assert state_of(cluster) == before and run.task.state is TaskState.RUNNING
 
     asyncio.run(main())
+
+
+def test_what_yarn_says_of_an_attempt_is_read_and_a_killed_one_is_recognised(monkeypatch):
+    from flinkyarn import hadoop
+
+    asked = []
+
+    def rm_request(path, method="GET", body=None, timeout=10.0, xml=False):
+        asked.append((path, xml))
+        if path.endswith("/appattempts"):
+            return {"appAttempts": {"appAttempt": [
+                {"id": 1, "appAttemptState": "FAILED"},
+                {"id": 2, "appAttemptState": "FINAL_SAVING"}]}}
+        return {"diagnosticsInfo": "AM Container for appattempt_1_0007_000001 exited with  "
+                                   "exitCode: 137\nFailing this attempt. For more detailed "
+                                   "output, check the application tracking page"}
+    monkeypatch.setattr(hadoop, "rm_request", rm_request)
+
+    assert hadoop.attempt_diagnostics("application_1_0007", 1) == (
+        "AM Container for appattempt_1_0007_000001 exited with exitCode: 137 Failing this attempt.")
+    assert asked[-1] == ("/ws/v1/cluster/apps/application_1_0007/appattempts/"
+                         "appattempt_1_0007_000001", True)
+    assert not hadoop.attempt_killed("application_1_0007", 1)  # failed: YARN may go on
+    assert hadoop.attempt_killed("application_1_0007", 2)      # being killed: the end
+
+    def unreachable(*args, **kwargs):
+        raise hadoop.ResourceManagerError("no YARN ResourceManager answered", None, ())
+    monkeypatch.setattr(hadoop, "rm_request", unreachable)
+    assert hadoop.attempt_diagnostics("application_1_0007", 1) == ""
+    assert not hadoop.attempt_killed("application_1_0007", 1)
