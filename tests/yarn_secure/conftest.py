@@ -34,7 +34,8 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.yarn)
     # test_token_renewal's sessions start with the tier's first test: their tokens age
     # past their maximum lifetime while the tier's other tests run, not in a wait.
-    if any("aging_sessions" in getattr(item, "fixturenames", ()) for item in secure):
+    if any("aging_sessions" in getattr(item, "fixturenames", ()) for item in secure) \
+            and "aging_sessions" not in secure[0].fixturenames:  # type: ignore[attr-defined]
         secure[0].fixturenames.insert(0, "aging_sessions")  # type: ignore[attr-defined]
 
 
