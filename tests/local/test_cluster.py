@@ -196,7 +196,7 @@ def registration_at_resource_manager(cluster, resource_id) -> tuple[str, str]:
     """The ResourceManagerId and InstanceID of the TaskExecutor's latest registration,
     as it logged them: the tokens its calls to the ResourceManager carry."""
     text = (cluster.work_dir / "logs" / f"{resource_id}.log").read_text()
-    *_, last = re.finditer(r"registered at ResourceManager (\w+) as (\w+)", text)
+    *_, last = re.finditer(r"registered at ResourceManager ([\w-]+) as (\w+)", text)
     return last.group(1), last.group(2)
 
 
