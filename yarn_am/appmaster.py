@@ -66,9 +66,14 @@ class AppMaster:
         self.info: ClusterInfo | None = None
         self.dispatcher: Dispatcher | None = None
         self._stopping = asyncio.Event()  # also when asked before serve() is up
+        self.signalled: int | None = None  # the signal that stopped it, if one did
 
     def shutdown(self) -> None:
         self._stopping.set()
+
+    def _on_signal(self, signum: int) -> None:
+        self.signalled = signum
+        self.shutdown()
 
     async def serve(self, on_ready: Callable[["AppMaster"], Awaitable[None]] | None = None,
                     info_file: Path | None = None) -> None:
@@ -97,7 +102,7 @@ class AppMaster:
                               timeout=conf.get(options.DASHBOARD_TIMEOUT))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.shutdown)
+            loop.add_signal_handler(signum, self._on_signal, signum)
         try:
             async with asyncio.TaskGroup() as group:
                 rm_task = group.create_task(resource_manager.run())

@@ -184,6 +184,12 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
             task.cancel()
             if not outcome.fatal:
                 outcome.status, outcome.diagnostics = "KILLED", "the AppMaster was stopped"
+    if appmaster.signalled is not None and not outcome.fatal and graph is None:
+        # A session's AppMaster stopped by a signal, not by `session stop`: YARN killing
+        # the application, or its container (node) going away, when another attempt
+        # takes over its jobs (main keeps the job store then).
+        outcome.status = "KILLED"
+        outcome.diagnostics = f"the AppMaster was stopped by signal {appmaster.signalled}"
 
 
 def remove_staging_files(paths: list[str], app_id: str) -> None:

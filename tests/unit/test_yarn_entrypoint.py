@@ -166,3 +166,42 @@ def test_an_attempt_takes_the_stored_result_and_keeps_the_store_unless_the_end_i
 
 def _with_arguments(main, extra):
     return lambda argv: main([*argv, *extra])
+
+
+@NO_HANG
+@pytest.mark.parametrize("yarn_kills_it", [True, False])
+def test_a_session_stopped_by_a_signal_keeps_its_store_unless_yarn_is_killing_it(
+        tmp_path, monkeypatch, yarn_kills_it):
+    """SIGTERM is how YARN ends a container: when it kills the application (the end:
+    everything goes), and when the container's node goes away (another attempt takes
+    over the session's jobs: the store stays). `session stop` is not a signal."""
+    import os
+    import signal
+    import threading
+
+    monkeypatch.setattr(kerberos, "security_enabled", lambda: False)
+    monkeypatch.setattr(yarn_entrypoint.skein.ApplicationClient, "from_current",
+                        staticmethod(lambda: app))
+    monkeypatch.setattr(yarn_entrypoint, "YarnDriver", lambda app, on_fatal: IdleDriver())
+    monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000001")
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    monkeypatch.setattr(yarn_entrypoint.hadoop, "attempt_killed", lambda app_id, n: yarn_kills_it)
+    cleaned: list[list[str]] = []
+    monkeypatch.setattr(yarn_entrypoint, "remove_staging_files",
+                        lambda paths, app_id: cleaned.append(paths))
+    app = FakeApplication()
+    ClusterSecurity.generate(tmp_path / "security")
+
+    def terminate_once_serving() -> None:
+        while yarn_entrypoint.REST_ADDRESS_KEY not in app.kv:
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=terminate_once_serving, daemon=True).start()
+
+    code = yarn_entrypoint.main(["--mode", "session", "--security-dir", str(tmp_path / "security"),
+                                 "--job-store", str(tmp_path / "store"),
+                                 "--staging-file", "/staging/x", "-D", f"io.tmp.dirs={tmp_path}"])
+
+    assert code == 1
+    assert app.final == ("KILLED", f"the AppMaster was stopped by signal {int(signal.SIGTERM)}")
+    assert cleaned == ([["/staging/x"]] if yarn_kills_it else [])
