@@ -107,7 +107,3 @@ class JobStore:
             return None
         return msgspec.json.decode(self._read(f"{self._root}/leader-{max(attempts)}.json"),
                                    type=Leader)
-
-    def remove(self) -> None:
-        """The whole folder: the application has ended for good."""
-        filesystems.delete(self._fs, self._root)

@@ -21,11 +21,11 @@ import msgspec
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
+from flinkyarn.job_store import JobStore
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from yarn_am.delegation_tokens import DelegationTokenManager
 from yarn_am.dispatcher import Dispatcher
-from flinkyarn.job_store import JobStore
 from yarn_am.resourcemanager.driver import ResourceManagerDriver
 from yarn_am.resourcemanager.resource_manager import ResourceManager, ResourceManagerConfig
 from yarn_am.rest import RestServer

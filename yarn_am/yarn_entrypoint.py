@@ -15,8 +15,9 @@ the application FAILED with the cause as diagnostics, never a hang, never lost.
 Attempts (yarn.application-attempts): with --job-store, YARN starts the AppMaster again
 when it is lost; the new attempt takes over the jobs the store holds (a per-job
 application's job runs again unless it had ended) and writes where it serves for the
-clients. Only the application's real end (SUCCEEDED, or the last attempt) removes what
-the next attempt would need: skein's ApplicationMaster lets YARN retry every other end.
+clients. Only the application's real end (SUCCEEDED, the last attempt, or YARN killing
+the application) removes what the next attempt would need: skein's ApplicationMaster
+lets YARN retry every other end.
 """
 
 from __future__ import annotations
