@@ -34,6 +34,8 @@ SCRIPT_STARTS = "\x1eflinkyarn: the script starts\n"
 # starts the UI's handlers (SparkContext's attachAllHandlers, unsynchronized with the
 # request): a handler that starts between the filter and its mapping fails the context.
 UI_FILTER_RACE = "No filter named org.apache.spark.deploy.yarn.AmIpFilter"
+# The same race met inside Jetty: the filter added while its handlers are iterated.
+UI_HANDLERS_RACE = "java.util.ConcurrentModificationException"
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -60,9 +62,10 @@ def on_yarn(submit_args: str) -> bool:
 
 def survive_ui_race(attempts: int = 3) -> None:
     """Makes a SparkContext whose JVM side lost Spark's web-UI filter race
-    (UI_FILTER_RACE) start again, up to `attempts` times in all: the failed context
-    has stopped itself (its YARN application too) before the error reaches Python,
-    and nothing of the script's ran in between."""
+    (UI_FILTER_RACE, or UI_HANDLERS_RACE when Jetty iterates the handlers the filter is
+    added to) start again, up to `attempts` times in all: the failed context has stopped
+    itself (its YARN application too) before the error reaches Python, and nothing of
+    the script's ran in between."""
     from py4j.protocol import Py4JJavaError
     from pyspark.core.context import SparkContext
 
@@ -73,10 +76,12 @@ def survive_ui_race(attempts: int = 3) -> None:
             try:
                 return initialize(self, jconf)
             except Py4JJavaError as error:
-                if attempt == attempts or UI_FILTER_RACE not in str(error.java_exception):
+                thrown = str(error.java_exception)
+                if attempt == attempts or not (UI_FILTER_RACE in thrown
+                                               or thrown.startswith(UI_HANDLERS_RACE)):
                     raise
                 print(f"flinkyarn: the SparkContext lost Spark's web-UI filter race "
-                      f"({UI_FILTER_RACE}); starting it again", file=sys.stderr, flush=True)
+                      f"({thrown.splitlines()[0]}); starting it again", file=sys.stderr, flush=True)
 
     SparkContext._initialize_context = _initialize_context  # type: ignore[method-assign]
 

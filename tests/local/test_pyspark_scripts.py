@@ -246,7 +246,13 @@ real = SparkContext._initialize_context
 
 def initialize(self, jconf):
     message = next(lost, None)
-    if message is not None:  # a real Java exception through py4j, as Spark's would come
+    if message == "ConcurrentModificationException":  # a list changed under its view
+        handlers = self._jvm.java.util.ArrayList()
+        handlers.add(1)
+        view = handlers.subList(0, 1)
+        handlers.add(2)
+        view.size()
+    elif message is not None:  # a real Java exception through py4j, as Spark's would come
         self._jvm.java.util.Objects.requireNonNull(None, message)
     return real(self, jconf)
 
@@ -264,14 +270,18 @@ sc.stop()
 
 @pytest.mark.parametrize("lost, started", [
     (["No filter named org.apache.spark.deploy.yarn.AmIpFilter"] * 2, True),
+    # Jetty meets the same race iterating its handlers (seen in CI too).
+    (["ConcurrentModificationException", "No filter named org.apache.spark.deploy.yarn.AmIpFilter"],
+     True),
     (["No filter named org.apache.spark.deploy.yarn.AmIpFilter"] * 3, False),  # attempts
     (["some other start failure"], False),  # only Spark's UI race is retried
 ])
 def test_a_driver_on_yarn_starts_its_context_again_when_it_loses_sparks_ui_filter_race(
         tmp_path, lost, started):
     """Spark on YARN (client mode): the AM's AddWebUIFilter may reach the driver while its
-    UI handlers start, failing the SparkContext with "No filter named ...AmIpFilter" (seen
-    in CI). The launcher starts the context again; other failures stay failures."""
+    UI handlers start, failing the SparkContext with "No filter named ...AmIpFilter" or a
+    ConcurrentModificationException in Jetty (both seen in CI). The launcher starts the
+    context again; other failures stay failures."""
     script = tmp_path / "racing.py"
     script.write_text(RACING_DRIVER)
     done = subprocess.run([sys.executable, str(script), *lost], cwd=REPO, capture_output=True,
