@@ -409,7 +409,7 @@ def connect(app_id: str, conf: Configuration | None = None) -> RestClient:
     settled = conf
 
     def relocate() -> tuple[str, int] | None:  # a later AppMaster attempt serves elsewhere
-        leader = _newest_leader(app_id, store, settled) if store else None
+        leader = _newest_leader(app_id, _job_store(store, settled)) if store else None
         return (leader.rest_address, leader.attempt) if leader else None
 
     return RestClient(info["rest_address"], ClusterSecurity.load(target / "security"),
@@ -424,13 +424,18 @@ def job_store_of(app_id: str) -> str:
     return str(json.loads(target.read_text()).get("job_store", "")) if target.is_file() else ""
 
 
-def _newest_leader(app_id: str, job_store: str, conf: Configuration):
-    """The leader file of the newest AppMaster attempt that served (None if none did),
-    also kept in what `connect()` reads."""
+def _job_store(job_store: str, conf: Configuration):
+    """The application's job store (`job_store`: its folder on the default filesystem)."""
     from flinkyarn.job_store import JobStore
 
+    return JobStore(shipping.Staging(conf).uri(job_store))
+
+
+def _newest_leader(app_id: str, store):
+    """The leader file of the newest AppMaster attempt that served in `store` (None if
+    none did), also kept in what `connect()` reads."""
     try:
-        leader = JobStore(shipping.Staging(conf).uri(job_store)).leader()
+        leader = store.leader()
     except OSError:
         return None
     target = application_dir(app_id) / "cluster.json"
@@ -512,12 +517,12 @@ def replacement(app_id: str, job_store: str, attempt: int, rest: RestClient,
     has ended the application (None), the AppMaster answers again (a Replacement of
     the same attempt), or a later attempt serves (its Replacement: its leader file in
     the job store says where). Updates what `connect()` reads to the newest address."""
-    settled = conf or Configuration.load()
+    store = _job_store(job_store, conf or Configuration.load())  # once, not at each poll
 
     def found() -> Replacement | None:
         if application_report(app_id)["state"] in TERMINAL:
             raise _Ended()
-        leader = _newest_leader(app_id, job_store, settled)
+        leader = _newest_leader(app_id, store)
         if leader is not None and leader.attempt > attempt:
             new = RestClient(leader.rest_address, rest.security, rest.timeout, leader.attempt,
                              rest.relocate)

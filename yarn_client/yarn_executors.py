@@ -94,12 +94,14 @@ class PerJobExecutor:
             return result
         details = self._follow(deployment, graph)
         report = yarn_cluster.wait_for_end(deployment.app_id)
-        # An AppMaster killed on its last attempt could not remove what it kept on HDFS.
-        try:
-            yarn_cluster.remove_leftovers(deployment.app_id, self.descriptor.conf)
-        except Exception as error:  # best effort: the job's result matters more
-            print(f"could not remove what {deployment.app_id} left on HDFS: {error}",
-                  file=self.out, flush=True)
+        # An AppMaster killed on its last attempt could not remove what it kept on HDFS
+        # (one that succeeded did: nothing to ask HDFS then).
+        if report["finalStatus"] != "SUCCEEDED":
+            try:
+                yarn_cluster.remove_leftovers(deployment.app_id, self.descriptor.conf)
+            except Exception as error:  # best effort: the job's result matters more
+                print(f"could not remove what {deployment.app_id} left on HDFS: {error}",
+                      file=self.out, flush=True)
         print(f"application {deployment.app_id} {report['state']}/{report['finalStatus']}"
               f"{': ' + report['diagnostics'].strip() if report.get('diagnostics') else ''}",
               file=self.out, flush=True)
