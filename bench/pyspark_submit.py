@@ -14,7 +14,9 @@ Spark's own example `pi.py 100`, submit to exit, five pairs:
   taskexecutor/warm_drivers.py), -D pyspark.master=local vs that spark-submit;
 - local target (-t local)                             vs `python pi.py 100`;
 and, as the floor of every path whose JVM starts cold on this machine, `python pi.py 100`
-vs that spark-submit.
+vs that spark-submit; and, as the floor of any driver at all, warm or not, pi's own Spark
+job (its 100 tasks on `local[2]`) run a second time in a SparkContext that already ran it
+once: what is left when nothing starts (the warm-session target is 0.2x spark-submit).
 
 usage: .venv/bin/python bench/pyspark_submit.py [--rounds N]
 Needs the local Hadoop with HADOOP_CONF_DIR set (`eval "$(integration/cluster env)"`)
@@ -53,6 +55,34 @@ def timed(command: list[str], env: dict[str, str] | None = None,
     if result.returncode != 0 or expect not in result.stdout + result.stderr:
         raise SystemExit(f"{command[:6]} failed:\n{result.stderr[-3000:]}")
     return elapsed
+
+
+PI_JOB = """
+import sys, time
+from operator import add
+from random import random
+from pyspark.sql import SparkSession
+
+def f(_):  # pi.py's own
+    x = random() * 2 - 1
+    y = random() * 2 - 1
+    return 1 if x ** 2 + y ** 2 <= 1 else 0
+
+spark = SparkSession.builder.master("local[2]").appName("pi-floor").getOrCreate()
+n = 100000 * 100
+for run in range(2):
+    start = time.monotonic()
+    spark.sparkContext.parallelize(range(1, n + 1), 100).map(f).reduce(add)
+print(f"{time.monotonic() - start:.3f}")
+spark.stop()
+"""
+
+
+def pi_job_steady() -> float:
+    """Seconds of pi's own Spark job in a SparkContext that ran it once already."""
+    result = subprocess.run([sys.executable, "-c", PI_JOB], capture_output=True, text=True,
+                            timeout=300, check=True)
+    return float(result.stdout.split()[-1])
 
 
 def cache_urls(prefix: str) -> list[str]:
@@ -108,7 +138,8 @@ def main() -> None:
     }
     local_env = {k: v for k, v in os.environ.items() if k != "HADOOP_CONF_DIR"}
     times: dict[str, list[float]] = {name: [] for name in
-                                     [*pairs, "spark-submit cluster", "local target", "python"]}
+                                     [*pairs, "spark-submit cluster", "local target", "python",
+                                      "pi's job, warm SparkContext"]}
     try:
         for round_ in range(args.rounds):
             times["spark-submit cluster"].append(timed(spark_submit, submit_env, "final status: SUCCEEDED"))
@@ -118,6 +149,7 @@ def main() -> None:
             # one (some 11 s of a core): not on the clock of the next command here.
             time.sleep(WARM_UP)
             times["python"].append(timed([sys.executable, str(PI), "100"], local_env))
+            times["pi's job, warm SparkContext"].append(pi_job_steady())
             times["local target"].append(timed([*CLI, "run", "-t", "local", "--pyspark",
                                                 str(PI), "100"], local_env))
             print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()),
@@ -129,6 +161,8 @@ def main() -> None:
     ratios["local target vs python"] = median["local target"] / median["python"]
     # The floor of any path whose JVM starts cold on this machine: the script alone.
     ratios["floor: python pi.py vs spark-submit"] = median["python"] / median["spark-submit cluster"]
+    ratios["floor: pi's job alone, warm, vs spark-submit"] = (
+        median["pi's job, warm SparkContext"] / median["spark-submit cluster"])
     for name, ratio in ratios.items():
         print(f"{name:40} {ratio:5.2f}x")
     out = REPO / "bench" / "results" / "pyspark_submit.json"
