@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 
 import msgspec
-import pyarrow.fs as pafs
-
 from flinkyarn.connectors import filesystems
 from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.ids import JobID
@@ -51,45 +48,27 @@ class JobStore:
     def __init__(self, folder: str) -> None:
         """`folder`: a local path or an hdfs:// URL, this application's own."""
         self.folder = folder
-        self._fs, self._root = filesystems.resolve(folder)
-
-    def _write(self, path: str, data: bytes) -> None:
-        folder = path.rpartition("/")[0]
-        filesystems.ensure_folder(self._fs, folder)
-        temporary = f"{folder}/.{path.rpartition('/')[2]}-{uuid.uuid4().hex[:8]}"
-        with self._fs.open_output_stream(temporary) as out:
-            out.write(data)
-        filesystems.replace(self._fs, temporary, path)
-
-    def _read(self, path: str) -> bytes:
-        with self._fs.open_input_stream(path) as source:
-            data: bytes = source.read()
-        return data
-
-    def _names(self, folder: str) -> list[str]:
-        """The visible names in `folder` (none when it does not exist)."""
-        entries = self._fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-        return sorted(e.base_name for e in entries if not e.base_name.startswith("."))
+        self._files = filesystems.WholeFiles(folder)
 
     # ------------------------------------------------------------------ jobs
 
     def put_graph(self, graph: JobGraph) -> None:
-        self._write(f"{self._root}/jobs/{graph.job_id}.msgpack", msgspec.msgpack.encode(graph))
+        self._files.write(f"jobs/{graph.job_id}.msgpack", msgspec.msgpack.encode(graph))
 
     def put_result(self, details: JobDetails) -> None:
-        self._write(f"{self._root}/results/{details.job_id}.json", msgspec.json.encode(details))
+        self._files.write(f"results/{details.job_id}.json", msgspec.json.encode(details))
 
     def graphs(self) -> list[JobGraph]:
         """Every accepted JobGraph, in the order of their ids (an attempt resubmits those
         without a result)."""
-        return [msgspec.msgpack.decode(self._read(f"{self._root}/jobs/{name}"), type=JobGraph)
-                for name in self._names(f"{self._root}/jobs") if name.endswith(".msgpack")]
+        return [msgspec.msgpack.decode(self._files.read(f"jobs/{name}"), type=JobGraph)
+                for name in self._files.names("jobs") if name.endswith(".msgpack")]
 
     def results(self) -> dict[JobID, JobDetails]:
         found = {}
-        for name in self._names(f"{self._root}/results"):
+        for name in self._files.names("results"):
             if name.endswith(".json"):
-                details = msgspec.json.decode(self._read(f"{self._root}/results/{name}"),
+                details = msgspec.json.decode(self._files.read(f"results/{name}"),
                                               type=JobDetails)
                 found[details.job_id] = details
         return found
@@ -97,13 +76,13 @@ class JobStore:
     # ---------------------------------------------------------------- leaders
 
     def put_leader(self, leader: Leader) -> None:
-        self._write(f"{self._root}/leader-{leader.attempt}.json", msgspec.json.encode(leader))
+        self._files.write(f"leader-{leader.attempt}.json", msgspec.json.encode(leader))
 
     def leader(self) -> Leader | None:
         """The newest attempt's leader file, if any attempt served yet."""
-        attempts = [int(m.group(1)) for name in self._names(self._root)
+        attempts = [int(m.group(1)) for name in self._files.names()
                     if (m := _LEADER.match(name))]
         if not attempts:
             return None
-        return msgspec.json.decode(self._read(f"{self._root}/leader-{max(attempts)}.json"),
+        return msgspec.json.decode(self._files.read(f"leader-{max(attempts)}.json"),
                                    type=Leader)

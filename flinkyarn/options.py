@@ -190,6 +190,18 @@ YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL = option(
 HA_STORAGE_DIR = option(
     "high-availability.storageDir", STRING, "",
     "Folder on the cluster's default filesystem where each application keeps what its next AppMaster attempt needs (its accepted jobs, their results, where it serves), in a folder per application; empty: <yarn.staging-directory>/ha.")
+ARCHIVE_DIR = option(
+    "jobmanager.archive.fs.dir", STRING, "",
+    "Folder (local path or hdfs:// URL) where every application of a YARN target archives each job that ended, and itself, for `flinkyarn list` and `flinkyarn history-server` after the application is gone (one folder per application); empty: <yarn.staging-directory>/archive on HDFS. A shared history server needs a folder it can read.")
+HISTORY_SERVER_ARCHIVE_DIRS = option(
+    "historyserver.archive.fs.dir", STRING, "",
+    "Comma-separated archive folders the history server (and `flinkyarn list` of ended applications) reads; empty: jobmanager.archive.fs.dir (or its default).")
+HISTORY_SERVER_ADDRESS = option(
+    "historyserver.web.address", STRING, "",
+    "Host `flinkyarn history-server` binds to; empty: 127.0.0.1.")
+HISTORY_SERVER_PORT = option(
+    "historyserver.web.port", PORT, "8082",
+    "Port of the history server (Flink's default).")
 YARN_PROVIDED_LIB_DIRS = option(
     "yarn.provided.lib.dirs", STRING, "",
     "Comma-separated folders on the cluster's filesystem where prepared archives wait under their content-addressed names (environment-<digest>.tar, flinkyarn-code-<digest>.tar.gz); found there, nothing is uploaded.")

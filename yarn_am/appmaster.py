@@ -21,6 +21,7 @@ import msgspec
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
+from flinkyarn.archive import JobArchive
 from flinkyarn.job_store import JobStore
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
@@ -52,13 +53,16 @@ class AppMaster:
     def __init__(self, conf: Configuration, security: ClusterSecurity,
                  driver: ResourceManagerDriver, title: str = "flinkyarn",
                  delegation_tokens: DelegationTokenManager | None = None,
-                 job_store: JobStore | None = None, attempt: int = 1) -> None:
+                 job_store: JobStore | None = None, attempt: int = 1,
+                 archive: JobArchive | None = None, application_id: str = "") -> None:
         """`job_store`: where an earlier attempt left its jobs (taken over before the
         REST API serves) and this one keeps its own (flinkyarn/job_store.py); `attempt`:
-        the YARN application attempt this AppMaster is (its leader ids name it)."""
+        the YARN application attempt this AppMaster is (its leader ids name it);
+        `archive`: where ended jobs of application `application_id` are archived."""
         self.conf = conf
         self.job_store = job_store
         self.attempt = attempt
+        self.archive, self.application_id = archive, application_id
         self.security = security
         self.driver = driver
         self.title = title
@@ -91,7 +95,8 @@ class AppMaster:
         tokens = self.delegation_tokens
         self.dispatcher = dispatcher = Dispatcher(
             rpc, resource_manager, conf, lambda: tokens.status if tokens is not None else None,
-            job_store=self.job_store, attempt=self.attempt)
+            job_store=self.job_store, attempt=self.attempt, archive=self.archive,
+            application_id=self.application_id)
         resource_manager.job_leader_id = dispatcher.job_leader_id
         host = conf.get(options.REST_ADDRESS)
         rest = RestServer(dispatcher, self.security, host, conf.get(options.REST_PORT),

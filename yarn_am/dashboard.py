@@ -112,7 +112,7 @@ class Dashboard:
 
     async def page(self, request: web.Request) -> web.Response:
         body = render_page(await self.snapshot(), self._title, self._mode, time.time())
-        return web.Response(text=body, content_type="text/html", headers=_PAGE_HEADERS)
+        return web.Response(text=body, content_type="text/html", headers=PAGE_HEADERS)
 
     async def overview(self, request: web.Request) -> web.Response:
         return web.Response(body=msgspec.json.encode(await self.snapshot()),
@@ -225,9 +225,15 @@ class _Answering:
 
 def render_page(overview: DashboardOverview, title: str, mode: str | None, now: float) -> str:
     """The whole HTML page for overview as of now (seconds since the epoch)."""
+    return render_document(title, mode, _main(overview, now))
+
+
+def render_document(title: str, mode: str | None, main: str) -> str:
+    """A page of the dashboard's look around `main` (HTML, a <main> element, its values
+    escaped by the caller), refreshing itself; served with PAGE_HEADERS."""
     heading = _e(title) + (f' <span class="mode">{_e(mode)}</span>' if mode else "")
     return _PAGE.format(title=_e(title), heading=heading, style=_STYLE, script=_SCRIPT,
-                        main=_main(overview, now))
+                        main=main)
 
 
 def _main(overview: DashboardOverview, now: float) -> str:
@@ -434,6 +440,6 @@ def _csp_hash(text: str) -> str:
 
 _NO_CACHE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 # Only the page's own script and style run, even if something slipped past escaping.
-_PAGE_HEADERS = {**_NO_CACHE, "Content-Security-Policy": (
+PAGE_HEADERS = {**_NO_CACHE, "Content-Security-Policy": (
     f"default-src 'none'; script-src {_csp_hash(_SCRIPT)}; style-src {_csp_hash(_STYLE)}; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'")}

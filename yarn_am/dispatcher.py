@@ -11,7 +11,11 @@ the Dispatcher, the ResourceManager and every other job go on.
 With a job store (flinkyarn/job_store.py: YARN application attempts), every accepted
 JobGraph is stored before it is acknowledged and every final result before anyone
 waiting for it hears of it; `recover()` takes over what an earlier AppMaster attempt
-stored: ended jobs stay listed as they ended, the others run again from the start."""
+stored: ended jobs stay listed as they ended, the others run again from the start.
+
+With an archive (flinkyarn/archive.py, Flink's HistoryServerArchivist), every job that
+ends is archived with its graph and settings, also before anyone waiting hears of the
+end, so that it is there when the application is gone."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from flinkyarn import checkpoints, key_groups, options, retry
+from flinkyarn.archive import ArchivedJob, JobArchive
 from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.failures import failure_cause
@@ -33,15 +38,15 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
                                            JobList, JobOutputQuery, JobOutputView, JobOverview,
                                            JobQuery, JobSubmitted, RestartView,
                                            SavepointWritten, SlotView, SubmitJob,
-                                           TaskExecutorView, TokenStatus, TriggerSavepoint,
-                                           VertexDetails)
+                                           SubtaskView, TaskExecutorView, TokenStatus,
+                                           TriggerSavepoint, VertexDetails)
 from flinkyarn.ids import JobID, JobMasterId
 from flinkyarn.job_store import JobStore
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import InvalidRequest, NotFound
 from flinkyarn.rpc.service import RpcService
-from yarn_am.jobmaster.execution_graph import JobStatus
+from yarn_am.jobmaster.execution_graph import ExecutionJobVertex, ExecutionState, JobStatus
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult, Resume
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.jobmaster.scheduler import slots_at_once_from
@@ -73,15 +78,18 @@ class Dispatcher(RpcEndpoint):
                  conf: Configuration,
                  token_status: Callable[[], TokenStatus | None] = lambda: None,
                  clock: Clock | None = None, job_store: JobStore | None = None,
-                 attempt: int = 1) -> None:
+                 attempt: int = 1, archive: JobArchive | None = None,
+                 application_id: str = "") -> None:
         """`clock`: what the Dispatcher and the JobMasters it starts follow; `attempt`:
-        the AppMaster's YARN application attempt (the JobMasters' leader ids name it)."""
+        the AppMaster's YARN application attempt (the JobMasters' leader ids name it);
+        `archive`: where ended jobs go, under `application_id`."""
         super().__init__(rpc, "dispatcher", DispatcherGateway, clock)
         self._resource_manager = resource_manager
         self._conf = conf
         self._token_status = token_status
         self._store = job_store
         self._attempt = attempt
+        self._archive, self._application_id = archive, application_id
         JobMasterConfig.from_configuration(conf)  # the cluster's own settings must hold
         self.jobs: dict[JobID, JobRecord] = {}
 
@@ -120,6 +128,7 @@ class Dispatcher(RpcEndpoint):
                 details = JobDetails(graph.job_id, graph.name, JobStatus.FAILED.value, now, now,
                                      cause, [], root_cause=cause)
                 await self.run_blocking(self._store.put_result, details)
+                await self._archive_job(details, graph)
                 self._add_ended(details)
 
     def _add_ended(self, details: JobDetails) -> None:
@@ -237,6 +246,8 @@ class Dispatcher(RpcEndpoint):
     def _job_terminated(self, result: JobResult) -> None:
         record = self.jobs[result.job_id]
         record.result = result
+        assert record.job_master is not None  # dropped here only
+        graph = record.job_master.job_graph
         try:
             record.final = self._details(record)
         except Exception:
@@ -250,23 +261,37 @@ class Dispatcher(RpcEndpoint):
                                       [], root_cause=record.root_cause)
         record.job_master = None
         record.output.shrink()
-        if self._store is None:
+        if self._store is None and self._archive is None:
             record.ended.set()
-        else:  # whoever waits for the result hears of it once it is stored
+        else:  # whoever waits for the result hears of it once it is stored and archived
             try:
-                self.spawn(self._store_result(record), f"store-result-{result.job_id}")
+                self.spawn(self._store_result(record, graph), f"store-result-{result.job_id}")
             except RuntimeError:  # the Dispatcher stops: nobody is left to wait
                 record.ended.set()
 
-    async def _store_result(self, record: JobRecord) -> None:
-        assert self._store is not None and record.final is not None  # set before
+    async def _store_result(self, record: JobRecord, graph: JobGraph) -> None:
+        assert record.final is not None  # set before
         try:
-            await self.run_blocking(self._store.put_result, record.final)
-        except OSError as error:  # the next attempt would run the job again: say so
-            log.error("job %s: its result cannot be stored in %s (a later AppMaster attempt "
-                      "would run it again): %s", record.final.job_id, self._store.folder, error)
+            if self._store is not None:
+                try:
+                    await self.run_blocking(self._store.put_result, record.final)
+                except OSError as error:  # the next attempt would run the job again: say so
+                    log.error("job %s: its result cannot be stored in %s (a later AppMaster "
+                              "attempt would run it again): %s", record.final.job_id,
+                              self._store.folder, error)
+            await self._archive_job(record.final, graph)
         finally:
             record.ended.set()
+
+    async def _archive_job(self, details: JobDetails, graph: JobGraph) -> None:
+        if self._archive is None:
+            return
+        try:
+            await self.run_blocking(self._archive.put_job,
+                                    ArchivedJob.of(self._application_id, details, graph))
+        except OSError as error:  # the job's end stands; its history is what is lost
+            log.error("job %s: cannot archive it in %s (it will be missing from the "
+                      "history): %s", details.job_id, self._archive.folder, error)
 
     def job_leader_id(self, job_id: JobID) -> JobMasterId | None:
         """The JobMasterId of the job's running JobMaster (None once the job ended, or
@@ -347,13 +372,15 @@ class Dispatcher(RpcEndpoint):
         job_master = record.job_master
         assert job_master is not None  # dropped only once the final details are made
         scheduler = job_master.scheduler
+        graph = scheduler.execution_graph
+        # Execution and restart times are the scheduler's monotonic seconds: shown as
+        # wall time.
+        offset = time.time() - time.monotonic()
         vertices = [VertexDetails(v.vertex_id, v.name, v.parallelism, v.state.value,
-                                  {s.value: n for s, n in v.state_counts.items() if n})
+                                  {s.value: n for s, n in v.state_counts.items() if n},
+                                  _subtasks(graph.job_vertex(v.vertex_id), offset))
                     for v in scheduler.vertex_summaries()]
         cause = record.result.failure_cause if record.result else scheduler.failure_cause
-        graph = scheduler.execution_graph
-        # Restart times are the scheduler's monotonic seconds: shown as wall time.
-        offset = time.time() - time.monotonic()
         history = [RestartView(r.number, r.at + offset, r.cause, r.failed_task,
                                [graph.vertex(evid).task_name for evid in r.restarted])
                    for r in scheduler.restart_records()]
@@ -370,6 +397,21 @@ class Dispatcher(RpcEndpoint):
                                       [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots])
                      for record, slots in self._resource_manager.task_executor_overview()]
         return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs, self._token_status())
+
+
+def _subtasks(vertex: ExecutionJobVertex, offset: float) -> list[SubtaskView]:
+    views = []
+    for task in vertex.task_vertices:
+        execution = task.current_execution
+        times = execution.state_timestamps
+        started = times.get(ExecutionState.DEPLOYING)
+        ended = times.get(execution.state) if execution.state.is_terminal else None
+        views.append(SubtaskView(
+            task.id.subtask_index, execution.state.value, execution.attempt_number,
+            str(execution.slot.resource_id) if execution.slot is not None else None,
+            started + offset if started is not None else None,
+            ended + offset if ended is not None else None))
+    return views
 
 
 def _conforms_to_gateway(endpoint: Dispatcher) -> DispatcherGateway:

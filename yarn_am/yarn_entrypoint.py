@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Coroutine
 
@@ -33,6 +35,8 @@ import msgspec
 import skein
 
 from flinkyarn import hadoop, options
+from flinkyarn.archive import (FINAL_TRACKING_URL_FILE, ArchivedApplication, JobArchive,
+                               history_page)
 from flinkyarn.configuration import Configuration, parse_dynamic_properties
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.dispatcher import SubmitJob, TokenStatus
@@ -139,7 +143,8 @@ def max_attempts(conf: Configuration) -> int:
 
 
 async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: ProcessScratch,
-                outcome: Outcome, store: JobStore | None = None, attempt: int = 1) -> None:
+                outcome: Outcome, store: JobStore | None = None, attempt: int = 1,
+                archive: JobArchive | None = None) -> None:
     graph = None
     if args.mode == "per-job":
         graph = msgspec.msgpack.decode(Path(args.job_graph).read_bytes(), type=JobGraph)
@@ -161,7 +166,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
 
     tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
     appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title, tokens,
-                          job_store=store, attempt=attempt)
+                          job_store=store, attempt=attempt, archive=archive,
+                          application_id=app.id)
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:
@@ -172,6 +178,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
                                        "flinkyarn dashboard")
         await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: am.info.rest_address.encode(),
                                                 DASHBOARD_KEY: page.address.encode()})
+        if archive is not None:
+            await asyncio.to_thread(archive_start, archive, app, args.mode, attempt)
         if store is not None:  # how clients of an earlier attempt find this one
             await asyncio.to_thread(store.put_leader,
                                     Leader(attempt, am.info.rest_address, page.address))
@@ -191,6 +199,41 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
         # takes over its jobs (main keeps the job store then).
         outcome.status = "KILLED"
         outcome.diagnostics = f"the AppMaster was stopped by signal {appmaster.signalled}"
+
+
+def history_server_url(conf: Configuration) -> str:
+    """The root URL of the history server (historyserver.web.address and .port), "" when
+    none is set."""
+    host = conf.get(options.HISTORY_SERVER_ADDRESS)
+    if not host:
+        return ""
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{conf.get(options.HISTORY_SERVER_PORT)}/"
+
+
+def archive_start(archive: JobArchive, app, mode: str, attempt: int) -> None:
+    """The application's entry in the archive, RUNNING (an earlier attempt's entry keeps
+    its start). Best effort: the application runs without its history."""
+    try:
+        earlier = archive.application(app.id) if attempt > 1 else None
+        if earlier is None:
+            spec = app.get_specification()
+            earlier = ArchivedApplication(app.id, spec.name, mode, spec.user or getpass.getuser(),
+                                          time.time())
+        archive.put_application(msgspec.structs.replace(earlier, attempt=attempt))
+    except Exception as error:
+        log.warning("cannot archive application %s in %s: %s", app.id, archive.folder, error)
+
+
+def archive_end(archive: JobArchive, app_id: str, status: str, diagnostics: str,
+                attempt: int) -> None:
+    """The application's entry in the archive with its final status (best effort)."""
+    try:
+        entry = archive.application(app_id)
+        if entry is not None:
+            archive.put_application(entry.ended(status, diagnostics, attempt))
+    except Exception as error:
+        log.warning("cannot archive the end of %s in %s: %s", app_id, archive.folder, error)
 
 
 def remove_staging_files(paths: list[str], app_id: str) -> None:
@@ -225,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--staging-file", dest="staging_files", action="append", default=[],
                         help="a path on the default filesystem that ends with the application "
                              "(its credentials, its index entry)")
+    parser.add_argument("--archive", help="the archive folder of ended jobs and applications "
+                                          "(jobmanager.archive.fs.dir)")
     parser.add_argument("--job-store", help="this application's folder of the job store "
                                             "(high-availability.storageDir)")
     args = parser.parse_args(argv)
@@ -232,16 +277,18 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s appmaster %(name)s: %(message)s")
     app = skein.ApplicationClient.from_current()
     outcome = Outcome(diagnostics="session stopped" if args.mode == "session" else "")
-    attempt, attempts = attempt_of(), 1
+    attempt, attempts, history_server = attempt_of(), 1, ""
     store = JobStore(args.job_store) if args.job_store else None
+    archive = JobArchive(args.archive) if args.archive else None
     try:
         conf = Configuration.from_raw(parse_dynamic_properties(args.properties))
         attempts = max_attempts(conf)
+        history_server = history_server_url(conf)
         if attempt > 1:
             log.info("AppMaster attempt %d of %d; attempt %d ended: %s", attempt, attempts,
                      attempt - 1, hadoop.attempt_diagnostics(app.id, attempt - 1) or "(YARN does not say)")
         with process_scratch(conf, "flinkyarn-appmaster-") as scratch:
-            asyncio.run(serve(app, args, conf, scratch, outcome, store, attempt))
+            asyncio.run(serve(app, args, conf, scratch, outcome, store, attempt, archive))
     except BaseException as error:  # the AppMaster itself failed: say so in YARN
         log.exception("the AppMaster failed")
         while isinstance(error, BaseExceptionGroup):
@@ -253,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     log.info("final status %s: %s", outcome.status, outcome.diagnostics)
     if outcome.status == "SUCCEEDED" or attempt >= attempts or (
             outcome.status == "KILLED" and hadoop.attempt_killed(app.id, attempt)):
+        if archive is not None:
+            archive_end(archive, app.id, outcome.status, outcome.diagnostics, attempt)
+            if history_server:  # YARN's tracking URL of the ended application leads there
+                Path(FINAL_TRACKING_URL_FILE).write_text(history_page(history_server, app.id))
         remove_staging_files(args.staging_files, app.id)  # the job store's folder too
     else:  # skein's ApplicationMaster leaves it to YARN to start the next attempt
         log.info("attempt %d of %d ends %s: YARN starts the next, which takes over the "

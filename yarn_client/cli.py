@@ -7,11 +7,13 @@ that exists and is not empty in mode "no_overwrite": that job is not submitted).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import flinkyarn
 from flinkyarn import hadoop, kerberos, options
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
+from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.hadoop import HadoopConfigError
 from flinkyarn.jobgraph import InvalidJobGraph, JobGraph, OutputExistsError
 from yarn_client import yarn_cluster
@@ -463,13 +466,26 @@ def session_list() -> None:
 
 @cli.command("list")
 @click.argument("application_id", required=False)
+@click.option("--all", "everything", is_flag=True,
+              help="Also the applications that ended (from the archive of ended jobs).")
 @client_properties
 @yarn_errors
-def list_jobs(application_id: str | None, conf: Configuration) -> None:
-    """Jobs of an application (default: each of your running flinkyarn applications)."""
-    apps = [application_id] if application_id else \
-        [a["id"] for a in yarn_cluster.flinkyarn_applications(states=("RUNNING",))]
+def list_jobs(application_id: str | None, everything: bool, conf: Configuration) -> None:
+    """Jobs of an application (default: each of your running flinkyarn applications).
+    Of an application that ended, what it archived (jobmanager.archive.fs.dir)."""
+    running = [a["id"] for a in yarn_cluster.flinkyarn_applications(states=("RUNNING",))]
+    if application_id:
+        apps = [application_id]
+    elif everything:
+        archived = [a.application_id for archive in yarn_cluster.archives(conf)
+                    for a in archive.applications() if a.application_id not in running]
+        apps = running + list(dict.fromkeys(archived))
+    else:
+        apps = running
     for app_id in apps:
+        if app_id not in running and not yarn_cluster.is_running(app_id):
+            _list_archived(app_id, conf)
+            continue
         click.echo(app_id)
         rest = yarn_cluster.connect(app_id, conf)
         tokens = rest.overview().delegation_tokens
@@ -480,16 +496,76 @@ def list_jobs(application_id: str | None, conf: Configuration) -> None:
         if tokens is not None and tokens.warning:
             click.echo(f"  warning: {tokens.message}")
         for job in rest.jobs().jobs:
-            details = rest.job(job.job_id)
-            restarts = f"  {details.restarts} restart(s)" if details.restarts else ""
-            click.echo(f"  {job.job_id}  {job.status:10} {job.name}{restarts}")
-            if details.checkpoints is not None:
-                click.echo(f"    {details.checkpoints.summary()}")
-            if details.spark_application:
-                click.echo(f"    Spark application {details.spark_application}: "
-                           f"{details.spark_tracking_url or ''}")
-            if details.root_cause:
-                click.echo(f"    root cause: {details.root_cause.strip().splitlines()[0]}")
+            _echo_job(rest.job(job.job_id))
+
+
+def _list_archived(app_id: str, conf: Configuration) -> None:
+    found = yarn_cluster.archived(app_id, conf)
+    if found is None:
+        raise click.ClickException(
+            f"{app_id} is not running and no archive has it (read: "
+            f"{', '.join(a.folder for a in yarn_cluster.archives(conf))}); was it a flinkyarn "
+            f"application of yours, with {options.ARCHIVE_DIR.key} elsewhere?")
+    application, jobs = found
+    click.echo(f"{app_id}  {application.status} (ended {_when(application.end_time)}): "
+               f"{application.name}")
+    if application.diagnostics and application.status != "SUCCEEDED":
+        click.echo(f"  {application.diagnostics.strip().splitlines()[0]}")
+    for job in jobs:
+        _echo_job(job.details)
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "when, it did not say"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def _echo_job(details: JobDetails) -> None:
+    restarts = f"  {details.restarts} restart(s)" if details.restarts else ""
+    click.echo(f"  {details.job_id}  {details.status:10} {details.name}{restarts}")
+    if details.checkpoints is not None:
+        click.echo(f"    {details.checkpoints.summary()}")
+    if details.spark_application:
+        click.echo(f"    Spark application {details.spark_application}: "
+                   f"{details.spark_tracking_url or ''}")
+    if details.root_cause:
+        click.echo(f"    root cause: {details.root_cause.strip().splitlines()[0]}")
+
+
+@cli.command("history-server")
+@click.option("--port", type=int, default=None,
+              help="Port to serve on (default: historyserver.web.port, 8082; 0: any free one).")
+@client_properties
+@yarn_errors
+def history_server(port: int | None, conf: Configuration) -> None:
+    """Serve the dashboard pages of ended applications from the archive (Flink's
+    HistoryServer) until interrupted: historyserver.web.address (default 127.0.0.1),
+    historyserver.archive.fs.dir (default: your applications' archive)."""
+    import asyncio
+
+    from yarn_am.history_server import HistoryServer
+
+    kerberos.client_login(conf)
+    archives = yarn_cluster.archives(conf)
+    server = HistoryServer(archives, conf.get(options.HISTORY_SERVER_ADDRESS) or "127.0.0.1",
+                           conf.get(options.HISTORY_SERVER_PORT) if port is None else port)
+
+    async def serve() -> None:
+        try:
+            url = await server.start()
+        except OSError as error:
+            raise click.ClickException(f"the history server cannot serve: {error}") from None
+        click.echo(f"history server at {url} reading {', '.join(a.folder for a in archives)}",
+                   err=True)
+        click.echo(url)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.stop()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
 
 
 @cli.command()

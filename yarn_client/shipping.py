@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from flinkyarn import hadoop, options, runtime_check
-from flinkyarn.configuration import Configuration
+from flinkyarn.configuration import ConfigOption, Configuration
 
 ENVIRONMENT_DIR = "environment"
 CODE_DIR = "flinkyarn-code"
@@ -124,11 +124,19 @@ class Staging:
 
     def job_store(self, conf: Configuration) -> str:
         """The folder of the applications' job stores (high-availability.storageDir)."""
-        folder = conf.get(options.HA_STORAGE_DIR) or f"{self.root}/ha"
+        return self._folder(conf, options.HA_STORAGE_DIR, "ha")
+
+    def archive(self, conf: Configuration) -> str:
+        """The archive folder of ended jobs (jobmanager.archive.fs.dir)."""
+        return self._folder(conf, options.ARCHIVE_DIR, "archive")
+
+    def _folder(self, conf: Configuration, option: ConfigOption[str], default: str) -> str:
+        """A path on the default filesystem: the option's, or `default` in the staging root."""
+        folder = conf.get(option) or f"{self.root}/{default}"
         folder = hadoop.hdfs_path(folder) if folder.startswith("hdfs://") else folder.rstrip("/")
         if not folder.startswith("/"):
-            raise ShippingError(f"{options.HA_STORAGE_DIR.key} must be an absolute path or "
-                                f"an hdfs:// URL, not {conf.get(options.HA_STORAGE_DIR)!r}")
+            raise ShippingError(f"{option.key} must be an absolute path or an hdfs:// URL, "
+                                f"not {conf.get(option)!r}")
         return folder
 
     def uri(self, path: str) -> str:

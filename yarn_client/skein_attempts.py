@@ -1,4 +1,5 @@
-"""YARN's attempt-failures validity interval for skein's applications.
+"""YARN's attempt-failures validity interval and final tracking URL for skein's
+applications.
 
 skein's Java driver sets an application's maximum attempts (`setMaxAppAttempts`) and
 nothing else about attempts, so with it every AppMaster failure counts towards that
@@ -16,11 +17,17 @@ only failures close together end an application. We give skein's driver the same
   stack and leave nothing: only the instruction's opcode (invokevirtual -> invokestatic)
   and its constant-pool index change, with the new constants appended to the pool, so
   no offset in the class moves and no stack map changes.
+
+The same way, skein's ApplicationMaster unregisters through `unregister_helper_class()`,
+which passes YARN the URL the AppMaster left in FINAL_TRACKING_URL_FILE, if it did: the
+history server's page of the ended application (`historyserver.web.address`).
 """
 
 from __future__ import annotations
 
 import struct
+
+from flinkyarn.archive import FINAL_TRACKING_URL_FILE
 
 HELPER = "com/anaconda/skein/FlinkyarnAttempts"
 HELPER_FILE = f"{HELPER}.class"
@@ -65,6 +72,16 @@ def _pool(data: bytes) -> tuple[dict[int, tuple[int, bytes]], int, int]:
 
 def call_helper(data: bytes) -> bytes:
     """skein's Driver class with its call of setMaxAppAttempts(I)V going to the helper."""
+    return redirect_call(data, (_CONTEXT, _METHOD, "(I)V"), HELPER, _HELPER_DESCRIPTOR)
+
+
+def redirect_call(data: bytes, target: tuple[str, str, str], helper: str,
+                  helper_descriptor: str) -> bytes:
+    """The class file `data` with its one invokevirtual of `target` (owner, method name,
+    descriptor) turned into an invokestatic of the method of the same name in class
+    `helper`, whose descriptor takes the receiver first: the same operands, so nothing
+    else in the class moves. UnsupportedClass unless there is exactly one such call."""
+    owner_name, method_name, descriptor = target
     entries, count, end = _pool(data)
 
     def text(index: int) -> str:
@@ -80,20 +97,19 @@ def call_helper(data: bytes) -> bytes:
         if tag != _METHODREF:
             continue
         owner, name_and_type = refs(body)
-        name, descriptor = refs(entries[name_and_type][1])
-        if (text(struct.unpack(">H", entries[owner][1])[0]), text(name), text(descriptor)) == (
-                _CONTEXT, _METHOD, "(I)V"):
+        name, described = refs(entries[name_and_type][1])
+        if (text(struct.unpack(">H", entries[owner][1])[0]), text(name), text(described)) == target:
             targets.append(index)
     if len(targets) != 1:
-        raise UnsupportedClass(f"{len(targets)} references to {_CONTEXT}.{_METHOD}")
+        raise UnsupportedClass(f"{len(targets)} references to {owner_name}.{method_name}")
     call = struct.pack(">BH", _INVOKEVIRTUAL, targets[0])
     rest = data[end:]
     if rest.count(call) != 1:
-        raise UnsupportedClass(f"{rest.count(call)} calls of {_METHOD}")
+        raise UnsupportedClass(f"{rest.count(call)} calls of {method_name}")
     # Appended: the helper's class, the method's name and descriptor, its reference.
     new = count
-    appended = (_utf8(HELPER) + struct.pack(">BH", _CLASS, new)
-                + _utf8(_METHOD) + _utf8(_HELPER_DESCRIPTOR)
+    appended = (_utf8(helper) + struct.pack(">BH", _CLASS, new)
+                + _utf8(method_name) + _utf8(helper_descriptor)
                 + struct.pack(">BHH", _NAME_AND_TYPE, new + 2, new + 3)
                 + struct.pack(">BHH", _METHODREF, new + 1, new + 4))
     method = new + 5
@@ -101,9 +117,28 @@ def call_helper(data: bytes) -> bytes:
             + rest.replace(call, struct.pack(">BH", _INVOKESTATIC, method)))
 
 
+def class_file(name: str, pool: list[bytes], method_name: int, descriptor: int, code: bytes,
+               max_stack: int, max_locals: int, exceptions: bytes = b"",
+               handlers: int = 0) -> bytes:
+    """A class file (Java 6 format: verified without stack maps) of public class `name`
+    extending java.lang.Object with one public static method. `pool` holds the
+    constants from index 5 on (1-4: the class's and Object's names and classes, 5 must
+    be the Utf8 "Code"); `method_name`, `descriptor`: pool indices; `exceptions`:
+    `handlers` exception-table entries (start, end, handler, catch type: four u2)."""
+    head = [_utf8(name), struct.pack(">BH", _CLASS, 1), _utf8("java/lang/Object"),
+            struct.pack(">BH", _CLASS, 3)]
+    entries = head + pool
+    count = 1 + sum(2 if entry[0] in (_LONG, 6) else 1 for entry in entries)
+    code_attribute = (struct.pack(">HHI", max_stack, max_locals, len(code)) + code
+                      + struct.pack(">H", handlers) + exceptions + struct.pack(">H", 0))
+    method = (struct.pack(">HHHH", 0x0009, method_name, descriptor, 1)  # public static
+              + struct.pack(">HI", 5, len(code_attribute)) + code_attribute)
+    return (struct.pack(">IHHH", 0xCAFEBABE, 0, 50, count) + b"".join(entries)
+            + struct.pack(">HHHHHH", 0x0031, 2, 4, 0, 0, 1) + method + struct.pack(">H", 0))
+
+
 def helper_class() -> bytes:
-    """The class file of com.anaconda.skein.FlinkyarnAttempts (Java 6 format: verified
-    without stack maps; it has no branch anyway):
+    """The class file of com.anaconda.skein.FlinkyarnAttempts (no branch):
 
         public static void setMaxAppAttempts(ApplicationSubmissionContext context, int n) {
             context.setMaxAppAttempts(n);
@@ -112,17 +147,13 @@ def helper_class() -> bytes:
         }
     """
     pool = [
-        _utf8(HELPER),                                       # 1
-        struct.pack(">BH", _CLASS, 1),                       # 2
-        _utf8("java/lang/Object"),                           # 3
-        struct.pack(">BH", _CLASS, 3),                       # 4
-        _utf8(_METHOD),                                      # 5
-        _utf8(_HELPER_DESCRIPTOR),                           # 6
-        _utf8("Code"),                                       # 7
+        _utf8("Code"),                                       # 5
+        _utf8(_METHOD),                                      # 6
+        _utf8(_HELPER_DESCRIPTOR),                           # 7
         _utf8(_CONTEXT),                                     # 8
         struct.pack(">BH", _CLASS, 8),                       # 9
         _utf8("(I)V"),                                       # 10
-        struct.pack(">BHH", _NAME_AND_TYPE, 5, 10),          # 11
+        struct.pack(">BHH", _NAME_AND_TYPE, 6, 10),          # 11
         struct.pack(">BHH", _METHODREF, 9, 11),              # 12: context.setMaxAppAttempts
         _utf8("setAttemptFailuresValidityInterval"),         # 13
         _utf8("(J)V"),                                       # 14
@@ -151,8 +182,96 @@ def helper_class() -> bytes:
         0xB6, 0, 16,                # invokevirtual #16
         0xB1,                       # return
     ])
-    code_attribute = struct.pack(">HHI", 4, 2, len(code)) + code + struct.pack(">HH", 0, 0)
-    method = (struct.pack(">HHHH", 0x0009, 5, 6, 1)                    # public static
-              + struct.pack(">HI", 7, len(code_attribute)) + code_attribute)
-    return (struct.pack(">IHHH", 0xCAFEBABE, 0, 50, 31) + b"".join(pool)
-            + struct.pack(">HHHHHH", 0x0031, 2, 4, 0, 0, 1) + method + struct.pack(">H", 0))
+    return class_file(HELPER, pool, 6, 7, code, max_stack=4, max_locals=2)
+
+
+# ------------------------------------------------ the final tracking URL of an application
+
+UNREGISTER_HELPER = "com/anaconda/skein/FlinkyarnUnregister"
+UNREGISTER_HELPER_FILE = f"{UNREGISTER_HELPER}.class"
+_AMRM_CLIENT = "org/apache/hadoop/yarn/client/api/AMRMClient"
+_FINAL_STATUS = "org/apache/hadoop/yarn/api/records/FinalApplicationStatus"
+_UNREGISTER = "unregisterApplicationMaster"
+_UNREGISTER_DESCRIPTOR = f"(L{_FINAL_STATUS};Ljava/lang/String;Ljava/lang/String;)V"
+_UNREGISTER_HELPER_DESCRIPTOR = (f"(L{_AMRM_CLIENT};L{_FINAL_STATUS};Ljava/lang/String;"
+                                 "Ljava/lang/String;)V")
+
+
+def call_unregister_helper(application_master: bytes) -> bytes:
+    """skein's ApplicationMaster class with its one call of
+    rmClient.unregisterApplicationMaster(status, message, null) going to our helper."""
+    return redirect_call(application_master, (_AMRM_CLIENT, _UNREGISTER, _UNREGISTER_DESCRIPTOR),
+                         UNREGISTER_HELPER, _UNREGISTER_HELPER_DESCRIPTOR)
+
+
+def unregister_helper_class() -> bytes:
+    """The class file of com.anaconda.skein.FlinkyarnUnregister. skein's ApplicationMaster
+    unregisters without a final tracking URL; the AppMaster (Python, in the same
+    container and working folder) leaves the URL in a file before it ends:
+
+        public static void unregisterApplicationMaster(AMRMClient client,
+                FinalApplicationStatus status, String message, String url) {
+            try {
+                url = new String(Files.readAllBytes(Paths.get(
+                    "flinkyarn-final-tracking-url", new String[0]))).trim();
+            } catch (Exception absent) {
+            }
+            client.unregisterApplicationMaster(status, message, url);
+        }
+    """
+    pool = [
+        _utf8("Code"),                                                # 5
+        _utf8(_UNREGISTER),                                           # 6
+        _utf8(_UNREGISTER_HELPER_DESCRIPTOR),                         # 7
+        _utf8("java/lang/String"),                                    # 8
+        struct.pack(">BH", _CLASS, 8),                                # 9
+        _utf8(FINAL_TRACKING_URL_FILE),                               # 10
+        struct.pack(">BH", _STRING, 10),                              # 11
+        _utf8("java/nio/file/Paths"),                                 # 12
+        struct.pack(">BH", _CLASS, 12),                               # 13
+        _utf8("get"),                                                 # 14
+        _utf8("(Ljava/lang/String;[Ljava/lang/String;)Ljava/nio/file/Path;"),  # 15
+        struct.pack(">BHH", _NAME_AND_TYPE, 14, 15),                  # 16
+        struct.pack(">BHH", _METHODREF, 13, 16),                      # 17: Paths.get
+        _utf8("java/nio/file/Files"),                                 # 18
+        struct.pack(">BH", _CLASS, 18),                               # 19
+        _utf8("readAllBytes"),                                        # 20
+        _utf8("(Ljava/nio/file/Path;)[B"),                            # 21
+        struct.pack(">BHH", _NAME_AND_TYPE, 20, 21),                  # 22
+        struct.pack(">BHH", _METHODREF, 19, 22),                      # 23: Files.readAllBytes
+        _utf8("<init>"),                                              # 24
+        _utf8("([B)V"),                                               # 25
+        struct.pack(">BHH", _NAME_AND_TYPE, 24, 25),                  # 26
+        struct.pack(">BHH", _METHODREF, 9, 26),                       # 27: new String(byte[])
+        _utf8("trim"),                                                # 28
+        _utf8("()Ljava/lang/String;"),                                # 29
+        struct.pack(">BHH", _NAME_AND_TYPE, 28, 29),                  # 30
+        struct.pack(">BHH", _METHODREF, 9, 30),                       # 31: String.trim
+        _utf8("java/lang/Exception"),                                 # 32
+        struct.pack(">BH", _CLASS, 32),                               # 33
+        _utf8(_AMRM_CLIENT),                                          # 34
+        struct.pack(">BH", _CLASS, 34),                               # 35
+        _utf8(_UNREGISTER_DESCRIPTOR),                                # 36
+        struct.pack(">BHH", _NAME_AND_TYPE, 6, 36),                   # 37
+        struct.pack(">BHH", _METHODREF, 35, 37),                      # 38: client.unregister...
+    ]
+    code = bytes([
+        0xBB, 0, 9,        # 0: new String
+        0x59,              # 3: dup
+        0x12, 11,          # 4: ldc "flinkyarn-final-tracking-url"
+        0x03,              # 6: iconst_0
+        0xBD, 0, 9,        # 7: anewarray String
+        0xB8, 0, 17,       # 10: invokestatic Paths.get
+        0xB8, 0, 23,       # 13: invokestatic Files.readAllBytes
+        0xB7, 0, 27,       # 16: invokespecial String.<init>([B)V
+        0xB6, 0, 31,       # 19: invokevirtual String.trim
+        0x4E,              # 22: astore_3 (url)
+        0xA7, 0, 4,        # 23: goto 27
+        0x57,              # 26: pop (the exception): url stays as it was
+        0x2A, 0x2B, 0x2C, 0x2D,  # 27: aload_0..aload_3
+        0xB6, 0, 38,       # 31: invokevirtual AMRMClient.unregisterApplicationMaster
+        0xB1,              # 34: return
+    ])
+    handler = struct.pack(">HHHH", 0, 23, 26, 33)  # [0, 23) -> 26, catching Exception
+    return class_file(UNREGISTER_HELPER, pool, 6, 7, code, max_stack=4, max_locals=4,
+                      exceptions=handler, handlers=1)

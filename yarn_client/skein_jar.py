@@ -12,8 +12,9 @@ constant pool (Utf8 constants: tag 1, a two-byte length, the bytes; nothing in a
 file refers to constant-pool byte offsets, so changing a length is safe). Nothing else
 changes. The copy is cached beside the user's other caches, keyed by the original's
 digest, and skein is pointed at it before it starts a driver (`use_flinkyarn_jar`).
-The copy also sets each application's attempt-failures validity interval (skein has no
-option for that either: yarn_client/skein_attempts.py).
+The copy also sets each application's attempt-failures validity interval, and lets the
+AppMaster give YARN a final tracking URL (skein has no option for either:
+yarn_client/skein_attempts.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ _PATCHES = {
     "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_AM_JAVA, _AM_JAVA_17)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
-_EDITION = "flinkyarn5"  # bump when the patches change, so cached copies are rebuilt
+_EDITION = "flinkyarn6"  # bump when the patches change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:
@@ -75,8 +76,11 @@ def patched_jar(original: str, cache: Path) -> Path:
                 data = patch_class(data, entry.filename)
             if entry.filename == "com/anaconda/skein/Driver.class":
                 data = skein_attempts.call_helper(data)
+            if entry.filename == "com/anaconda/skein/ApplicationMaster.class":
+                data = skein_attempts.call_unregister_helper(data)
             out.writestr(entry, data)
         out.writestr(skein_attempts.HELPER_FILE, skein_attempts.helper_class())
+        out.writestr(skein_attempts.UNREGISTER_HELPER_FILE, skein_attempts.unregister_helper_class())
     os.replace(tmp, target)
     return target
 

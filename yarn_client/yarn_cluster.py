@@ -27,6 +27,7 @@ from typing import TextIO
 import msgspec
 
 from flinkyarn import hadoop, kerberos, options, retry
+from flinkyarn.archive import ArchivedApplication, ArchivedJob, JobArchive, find_application
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.dispatcher import TokenStatus
 from flinkyarn.ids import new_id
@@ -236,7 +237,8 @@ class YarnClusterDescriptor:
                 master_files["job.msgpack"] = str(work / "job.msgpack")
             index = f"{staging.root}/applications/{{app_id}}.json"
             store = f"{staging.job_store(self.conf)}/{{app_id}}"
-            cleanup = (f'--job-store "{staging.uri(store.format(app_id="$SKEIN_APPLICATION_ID"))}" '
+            cleanup = (f'--archive "{staging.uri(staging.archive(self.conf))}" '
+                       f'--job-store "{staging.uri(store.format(app_id="$SKEIN_APPLICATION_ID"))}" '
                        f'--staging-file "{store.format(app_id="$SKEIN_APPLICATION_ID")}" '
                        f'--staging-file "{credentials}" '
                        f'--staging-file "{index.format(app_id="$SKEIN_APPLICATION_ID")}" ')
@@ -489,6 +491,39 @@ def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str
     skein_folder = f"{staging.fs.home_directory()}/.skein/{app_id}"
     paths = [info["credentials"], *filter(None, [info.get("job_store")]), index, skein_folder]
     return [path for path in paths if hadoop.delete(staging.fs, path)]
+
+
+def archives(conf: Configuration | None = None) -> list[JobArchive]:
+    """The archives of ended jobs this client reads: historyserver.archive.fs.dir, or
+    else where this user's applications archive (jobmanager.archive.fs.dir or its
+    default). A path without a scheme is on the default filesystem, as it is for the
+    AppMaster that writes it."""
+    conf = conf or Configuration.load()
+    staging = shipping.Staging(conf)
+    listed = [d.strip() for d in conf.get(options.HISTORY_SERVER_ARCHIVE_DIRS).split(",")
+              if d.strip()] or [staging.archive(conf)]
+    return [JobArchive(d if "://" in d else staging.uri(d)) for d in listed]
+
+
+def archived(app_id: str, conf: Configuration | None = None
+             ) -> tuple[ArchivedApplication, list[ArchivedJob]] | None:
+    """An application's archived entry and jobs (None when no archive has it)."""
+    found = find_application(archives(conf), app_id)
+    if found is None:
+        return None
+    archive, application = found
+    return application, archive.jobs(app_id)
+
+
+def is_running(app_id: str) -> bool:
+    """Whether YARN has the application and it has not ended (an application the
+    ResourceManager no longer knows, after a restart of it, has ended)."""
+    try:
+        return application_report(app_id).get("state") not in TERMINAL
+    except YarnDeploymentError as error:
+        if "knows no" in str(error):
+            return False
+        raise
 
 
 def flinkyarn_applications(states: tuple[str, ...] = ("ACCEPTED", "RUNNING"),

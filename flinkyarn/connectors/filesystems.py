@@ -14,6 +14,7 @@ Functions here are pure apart from the filesystem calls and safe to call from an
 from __future__ import annotations
 
 import os
+import uuid
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -104,3 +105,33 @@ def delete(fs: pafs.FileSystem, path: str) -> None:
         fs.delete_dir(path)
     elif kind != pafs.FileType.NotFound:
         fs.delete_file(path)
+
+
+class WholeFiles:
+    """A folder (a local path or an hdfs:// URL) of small files that are each written
+    whole under a hidden name, then renamed: a reader sees all of a file or nothing, and
+    a listing leaves out the hidden ones."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self._fs, self._root = resolve(folder)
+
+    def write(self, relative: str, data: bytes) -> None:
+        path = f"{self._root}/{relative}"
+        parent, _, name = path.rpartition("/")
+        ensure_folder(self._fs, parent)
+        temporary = f"{parent}/.{name}-{uuid.uuid4().hex[:8]}"
+        with self._fs.open_output_stream(temporary) as out:
+            out.write(data)
+        replace(self._fs, temporary, path)
+
+    def read(self, relative: str) -> bytes:
+        with self._fs.open_input_stream(f"{self._root}/{relative}") as source:
+            data: bytes = source.read()
+        return data
+
+    def names(self, relative: str = "") -> list[str]:
+        """The visible names in a folder of it (none when it does not exist), sorted."""
+        folder = f"{self._root}/{relative}".rstrip("/")
+        entries = self._fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        return sorted(e.base_name for e in entries if not e.base_name.startswith("."))

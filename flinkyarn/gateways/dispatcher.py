@@ -36,12 +36,24 @@ class JobList(msgspec.Struct, frozen=True):
     jobs: list[JobOverview]
 
 
+class SubtaskView(msgspec.Struct, frozen=True):
+    """A subtask's current (latest) attempt."""
+
+    index: int
+    state: str
+    attempt: int                       # 0 for the first, one more for each restart
+    task_executor: str | None = None   # the resource id of the TaskExecutor it was deployed to
+    start_time: float | None = None    # when it was deployed (seconds since the epoch)
+    end_time: float | None = None      # when it reached a final state
+
+
 class VertexDetails(msgspec.Struct, frozen=True):
     vertex_id: str
     name: str
     parallelism: int
     state: str
     state_counts: dict[str, int]
+    subtasks: list[SubtaskView] = []
 
 
 class RestartView(msgspec.Struct, frozen=True):

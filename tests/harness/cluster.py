@@ -36,6 +36,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.dispatcher import DispatcherGateway, SubmitJob
 from flinkyarn.ids import JobID, JobVertexID, ResourceID
 from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex
+from flinkyarn.archive import JobArchive
 from flinkyarn.job_store import JobStore
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.security import APPMASTER, CLIENT, TASKEXECUTOR
@@ -283,7 +284,7 @@ class Cluster:
 
     def __init__(self, conf: Configuration, initial_workers: int = 0,
                  yarn: FakeSkeinApp | None = None, job_store: JobStore | None = None,
-                 attempt: int = 1) -> None:
+                 attempt: int = 1, archive: JobArchive | None = None) -> None:
         self.conf = conf
         self.clock = ManualClock()
         self.network = InProcessNetwork(self.clock)
@@ -302,7 +303,8 @@ class Cluster:
         self.resource_manager = ResourceManager(self.appmaster.rpc, rm_config, self.driver,
                                                 self.clock, attempt=attempt)
         self.dispatcher = Dispatcher(self.appmaster.rpc, self.resource_manager, conf,
-                                     clock=self.clock, job_store=job_store, attempt=attempt)
+                                     clock=self.clock, job_store=job_store, attempt=attempt,
+                                     archive=archive, application_id="application_1_0001")
         self.resource_manager.job_leader_id = self.dispatcher.job_leader_id
         self._client = Process(self, "client", CLIENT)
 
@@ -409,17 +411,19 @@ class Cluster:
 async def in_process_cluster(conf: dict[str, str] | None = None, *, task_executors: int = 0,
                              yarn: FakeSkeinApp | None = None,
                              job_store: JobStore | None = None,
-                             attempt: int = 1) -> AsyncIterator[Cluster]:
+                             attempt: int = 1, archive: JobArchive | None = None
+                             ) -> AsyncIterator[Cluster]:
     """A started Cluster on the running loop (see the module docstring), stopped on exit.
     `conf`: options over DEFAULTS; `task_executors`: workers the driver starts with the
     cluster (as YARN starts a per-job cluster's first one); `yarn`: the fake skein
     application for the real YarnDriver, instead of the InProcessDriver; `job_store`:
     the Dispatcher's (an AppMaster attempt takes over what is in it); `attempt`: the
-    YARN application attempt the AppMaster is (its leader ids name it). The loop's
+    YARN application attempt the AppMaster is (its leader ids name it); `archive`: where
+    the Dispatcher archives ended jobs (as application_1_0001). The loop's
     default executor becomes a LoopExecutor: blocking calls run on the loop."""
     asyncio.get_running_loop().set_default_executor(LoopExecutor())
     cluster = Cluster(Configuration({**DEFAULTS, **(conf or {})}), task_executors, yarn,
-                      job_store, attempt)
+                      job_store, attempt, archive)
     await cluster.start()
     try:
         yield cluster

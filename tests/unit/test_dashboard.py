@@ -103,7 +103,7 @@ def test_api_overview_is_the_cluster_overview_with_each_jobs_details_newest_firs
         "job_id": "j-old", "name": "nightly etl", "status": "FAILED", "start_time": T0,
         "end_time": T0 + 75, "failure_cause": "ValueError: bad row 7\n  at line 3",
         "vertices": [{"vertex_id": "v-read", "name": "read", "parallelism": 2, "state": "FAILED",
-                      "state_counts": {"FAILED": 1, "CANCELED": 1}}],
+                      "state_counts": {"FAILED": 1, "CANCELED": 1}, "subtasks": []}],
         "restarts": 0, "root_cause": None, "restart_history": [], "restart_limit": None,
         "spark_application": None, "spark_tracking_url": None, "output_tail": "",
         "checkpoints": None}

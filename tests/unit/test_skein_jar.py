@@ -83,3 +83,60 @@ def test_skeins_driver_calls_our_helper_which_sets_the_validity_interval():
         in helper_entries.values()
     with pytest.raises(skein_attempts.UnsupportedClass):  # another class: no such call
         skein_attempts.call_helper(other)
+
+
+HELPERS_CHECK = """
+import java.nio.file.*;
+import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
+import org.apache.hadoop.yarn.client.api.impl.AMRMClientImpl;
+
+public class Check {
+    public static void main(String[] args) throws Exception {
+        ClassLoader loader = new ClassLoader(Check.class.getClassLoader()) {
+            protected Class<?> findClass(String name) throws ClassNotFoundException {
+                try {
+                    byte[] b = Files.readAllBytes(Paths.get(name.replace('.', '/') + ".class"));
+                    return defineClass(name, b, 0, b.length);
+                } catch (java.io.IOException e) { throw new ClassNotFoundException(name); }
+            }
+        };
+        Class.forName("com.anaconda.skein.FlinkyarnAttempts", true, loader);
+        Class<?> helper = Class.forName("com.anaconda.skein.FlinkyarnUnregister", true, loader);
+        AMRMClientImpl<?> client = new AMRMClientImpl() {
+            public void unregisterApplicationMaster(FinalApplicationStatus status, String message,
+                                                    String url) {
+                System.out.println(status + " " + message + " " + url);
+            }
+        };
+        java.lang.reflect.Method unregister = helper.getMethods()[0];
+        unregister.invoke(null, client, FinalApplicationStatus.SUCCEEDED, "with", null);
+        Files.delete(Paths.get(args[0]));
+        unregister.invoke(null, client, FinalApplicationStatus.FAILED, "without", null);
+    }
+}
+"""
+
+
+def test_the_helper_classes_pass_the_jvms_verifier_and_the_final_tracking_url_is_read(tmp_path):
+    """Both classes we add to skein's jar, as a JDK 17 JVM loads them with every check on
+    (-Xverify:all), against YARN's real client classes: the unregister helper passes on
+    the URL the AppMaster left in its file, and skein's null when there is none."""
+    import subprocess
+
+    import local_hadoop
+    from yarn_client import skein_attempts
+
+    folder = tmp_path / "com" / "anaconda" / "skein"
+    folder.mkdir(parents=True)
+    (folder / "FlinkyarnAttempts.class").write_bytes(skein_attempts.helper_class())
+    (folder / "FlinkyarnUnregister.class").write_bytes(skein_attempts.unregister_helper_class())
+    (tmp_path / "Check.java").write_text(HELPERS_CHECK)
+    url_file = tmp_path / skein_attempts.FINAL_TRACKING_URL_FILE
+    url_file.write_text("http://history:8082/applications/application_1_0001/\n")
+    lib = local_hadoop.Layout.default().lib
+    result = subprocess.run(["java", "-Xverify:all", "-cp", f"{lib}/*", "Check.java", url_file.name],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "SUCCEEDED with http://history:8082/applications/application_1_0001/",
+        "FAILED without null"]

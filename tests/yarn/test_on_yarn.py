@@ -136,11 +136,21 @@ def waiting_job(name: str, folder: str, parallelism: int):
     return job.build()
 
 
-def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(shared_folder):
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_session_runs_four_jobs_two_at_once_releases_idle_containers_stops_and_is_history(
+        shared_folder):
+    history_port = free_port()
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s",
                                          "resourcemanager.taskmanager-timeout": "4 s",
                                          "taskmanager.numberOfTaskSlots": "2",
-                                         "resourcemanager.max-taskmanagers": "1000"})
+                                         "resourcemanager.max-taskmanagers": "1000",
+                                         "historyserver.web.address": "127.0.0.1",
+                                         "historyserver.web.port": str(history_port)})
     deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,))).deploy("session")
     rest, app_id = deployment.rest, deployment.app_id
     try:
@@ -158,6 +168,10 @@ def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(
         jobs.go(third)
         c = rest.submit(waiting_job("third", third, 1))
         wait_for(lambda: rest.job(c).status == "FINISHED", 120, "the third job")
+        broken = JobBuilder("broken")
+        broken.add_vertex("check", jobs.failing("the input has no header row"), parallelism=1)
+        d = rest.submit(broken.build())
+        wait_for(lambda: rest.job(d).status == "FAILED", 120, "the failing job")
         # A pipelined region wider than the queue could ever hold is refused at submit,
         # by the AppMaster asking YARN (from its container, on a node of its own).
         wide = JobBuilder("wide")
@@ -170,12 +184,41 @@ def test_session_runs_three_jobs_two_at_once_releases_idle_containers_and_stops(
         # Idle TaskExecutors go after resourcemanager.taskmanager-timeout; so do their containers.
         wait_for(lambda: running_containers(app_id) == 0, 60, "idle containers released")
         assert rest.overview().task_executors == []
-        assert [j.status for j in rest.jobs().jobs] == ["FINISHED"] * 3
+        assert sorted(j.status for j in rest.jobs().jobs) == ["FAILED"] + ["FINISHED"] * 3
     finally:
         result = flinkyarn("session", "stop", app_id)
     assert result.returncode == 0, result.stderr
     report = yarn_cluster.application_report(app_id)
     assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+
+    # The AppMaster is gone; its archive on HDFS says what ran and how it ended.
+    listed = flinkyarn("list", app_id)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].startswith(f"{app_id}  SUCCEEDED (ended 20")
+    assert sorted(line.split()[1] for line in lines if line.startswith("  ") and
+                  line.split()[0] in (a, b, c, d)) == ["FAILED"] + ["FINISHED"] * 3
+    cause = lines[lines.index(next(line for line in lines if line.startswith(f"  {d}"))) + 1]
+    assert cause.startswith("    root cause:") and "the input has no header row" in cause
+    assert app_id in flinkyarn("list", "--all").stdout
+    # ... and the history server serves the dashboard's page of it, where YARN's tracking
+    # URL of the ended application leads (through YARN's web proxy).
+    server = subprocess.Popen([sys.executable, "-m", "yarn_client", "history-server",
+                               "-D", f"historyserver.web.port={history_port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        url = server.stdout.readline().strip()
+        assert url == f"http://127.0.0.1:{history_port}/", server.stderr.read() if server.poll() else url
+        index = browser.dump_dom(url)
+        assert f'href="applications/{app_id}/"' in index
+        tracking = yarn_cluster.application_report(app_id)["trackingUrl"]
+        assert "/proxy/" in tracking, tracking
+        page = browser.dump_dom(tracking)
+        assert all(f'id="job-{job}"' in page for job in (a, b, c, d)), page[-2000:]
+        assert "the input has no header row" in page and "SUCCEEDED" in page
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def test_tracking_url_leads_through_the_proxy_to_the_dashboard(shared_folder):
