@@ -160,6 +160,14 @@ DASHBOARD_TIMEOUT = option(
     "dashboard.timeout", POSITIVE_DURATION, "10 s",
     "A dashboard connection not answered within this time of its opening or of its last answer (idle, or a request still incomplete) is closed.")
 
+# Metrics
+METRICS_REPORTERS = option(
+    "metrics.reporters", STRING, "prom",
+    "Comma-separated metric reporters each AppMaster and TaskExecutor starts: prom (a Prometheus endpoint, GET /metrics, advertised in the REST API's /overview) or none (empty).")
+METRICS_PROMETHEUS_PORT = option(
+    "metrics.reporter.prom.port", PORT, "0",
+    "Port of the Prometheus endpoint of each AppMaster and TaskExecutor; 0 picks any free port (several TaskExecutors share a node).")
+
 # Execution
 EXECUTION_TARGET = option(
     "execution.target", choice("auto", "local", "yarn-per-job", "yarn-session"), "auto",

@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from flinkyarn import options
+from flinkyarn import options, prometheus
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
@@ -83,13 +83,21 @@ async def serve(args: argparse.Namespace, conf: Configuration,
         try:
             executor = TaskExecutor(rpc, args.resource_id, args.resource_manager,
                                     TaskExecutorConfig.from_configuration(conf), environment)
+            metrics = prometheus.start_for(conf, executor.metric_families,
+                                           conf.get(options.TASK_MANAGER_HOST))
+            if metrics is not None:
+                executor.metrics_address = metrics.address
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, executor.stop)
             log.info("TaskExecutor %s serving on %s (data %s), %d slots, python %s",
                      args.resource_id, address, environment.data_address,
                      executor.config.num_slots, sys.executable)
-            await executor.run()
+            try:
+                await executor.run()
+            finally:
+                if metrics is not None:
+                    metrics.stop()
             if executor.fatal_error is not None:
                 exit_at_the_latest(FATAL_EXIT_DEADLINE, FATAL_EXIT_CODE)
             return executor.fatal_error

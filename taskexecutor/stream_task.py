@@ -25,7 +25,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import msgspec
 import pyarrow as pa
@@ -223,9 +223,13 @@ class StreamTask:
                 continue
             if item.num_rows == 0:
                 continue
+            io = self.task.io
+            io.sent(item.num_rows, item.nbytes)
             for partition, partitioner in self._routes:
                 for subpartition, part in partitioner.route(item):
-                    partition.emit(subpartition, part)
+                    waiting = io.now()
+                    partition.emit(subpartition, part)  # blocks while the output is full
+                    io.backpressured += io.now() - waiting
 
     def _push(self, level: int, items: Iterable[pa.RecordBatch | Watermark]) -> None:
         """Hands batches and watermarks to operator `level` of the chain (past the end:
@@ -239,6 +243,28 @@ class StreamTask:
                 self._push(level + 1, _call(operator, "process_watermark", item))
             else:
                 self._push(level + 1, _call(operator, "process", item, 0))
+
+    def _timed(self, gate: InputGate) -> Iterator[tuple[int, object]]:
+        """The gate's events, the time spent waiting for each counted as idle."""
+        io = self.task.io
+        events = iter(gate)
+        while True:
+            waiting = io.now()
+            try:
+                event = next(events)
+            except StopIteration:
+                return
+            finally:
+                io.idle += io.now() - waiting
+            yield event
+
+    def _output_fill(self) -> float:
+        """The fullest pipelined subpartition's share of its bound (blocking ones spill)."""
+        fills = [partition.buffered_bytes() / (partition.max_buffered_bytes *
+                                               partition.num_subpartitions)
+                 for partition in self.partitions
+                 if partition.partition_type == "pipelined" and partition.max_buffered_bytes]
+        return min(1.0, max(fills, default=0.0))
 
     def _finish_chain(self) -> None:
         """Every input ended: all of event time passed (MAX_WATERMARK), then each
@@ -271,6 +297,9 @@ class StreamTask:
             for partition in self.partitions:
                 self.task.on_cancel(partition.release)
             self._open_inputs()
+            self.task.io.output_fill = self._output_fill
+            if self.gate is not None:
+                self.task.io.input_fill = self.gate.fill
             for operator in self.operators:
                 _call(operator, "open", context)
                 opened.append(operator)
@@ -284,9 +313,10 @@ class StreamTask:
                     self._take_controls()
             elif self.gate is not None:
                 self.task.on_control(self.gate.wake)
-                for channel_index, event in self.gate:
+                for channel_index, event in self._timed(self.gate):
                     self.task.check_cancelled()
                     if isinstance(event, pa.RecordBatch):
+                        self.task.io.received(event.num_rows, event.nbytes)
                         self._push(1, _call(head, "process", event,
                                             self._channel_input[channel_index]))
                     elif isinstance(event, CheckpointBarrier):

@@ -24,6 +24,7 @@ from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.job_master import FailureKind, OutputChunk, PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
 from flinkyarn.ids import IntermediateDataSetID, IntermediateResultPartitionID
+from flinkyarn.metrics import TaskIO
 from flinkyarn.pipeline.task_spec import StreamTaskSpec
 from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
 
@@ -133,6 +134,7 @@ class TaskContext:
         self.checkpoints: CheckpointResponder | None = None
         self._controls: queue.SimpleQueue[CheckpointControl] = queue.SimpleQueue()
         self._wake: Callable[[], None] | None = None
+        self.io = TaskIO()  # what the task counts (a stream task: flinkyarn/metrics.py)
 
     def post_control(self, control: CheckpointControl) -> None:
         """From the TaskExecutor's loop: a checkpoint trigger or confirmation for the task
@@ -245,6 +247,11 @@ class Task:
     def name(self) -> str:
         return self._thread.name
 
+    @property
+    def io(self) -> TaskIO:
+        """What the task counts (flinkyarn/metrics.py)."""
+        return self.context.io
+
     def where(self, frames: int = 8) -> str:
         """The innermost frames of the task's thread: where it is now."""
         ident = self._thread.ident
@@ -260,7 +267,10 @@ class Task:
             context = self.context
             context.check_cancelled()
             self._report(self, TaskState.RUNNING, None)
-            _invoke(invokable, context)
+            try:
+                _invoke(invokable, context)
+            finally:
+                context.io.end()  # its final counts go with its final state
             context.check_cancelled()
         except TaskCancelled:
             self._report(self, TaskState.CANCELED, None)

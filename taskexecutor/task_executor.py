@@ -21,6 +21,7 @@ a JobMaster timeout the job's tasks are cancelled and its slots freed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ from flinkyarn.gateways.task_executor import (AllocatedSlotReport, AllocateSlot,
                                               SubmitTask, TaskExecutorGateway,
                                               TriggerCheckpoint, UpdateDelegationTokens)
 from flinkyarn.heartbeat import HeartbeatManager
+from flinkyarn.metrics import TaskIOMetrics
+from flinkyarn.prometheus import TASK_LABELS, io_families
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID, IntermediateDataSetID,
                            JobID, JobMasterId, ResourceID, ResourceManagerId, SlotID)
 from flinkyarn import registration as registration_retry
@@ -118,14 +121,22 @@ class JobManagerConnection:
 
 
 def task_execution_state(job_master_id: JobMasterId, attempt_id: ExecutionAttemptID,
-                         state: TaskState, failure: TaskFailure | None
-                         ) -> UpdateTaskExecutionState:
+                         state: TaskState, failure: TaskFailure | None,
+                         metrics: TaskIOMetrics | None = None) -> UpdateTaskExecutionState:
     """The report of a task's new state; a failure's kind and lost partitions travel as
-    fields of their own, next to its cause."""
+    fields of their own, next to its cause; a final state carries the final metrics."""
     if failure is None:
-        return UpdateTaskExecutionState(job_master_id, attempt_id, state)
+        return UpdateTaskExecutionState(job_master_id, attempt_id, state, metrics=metrics)
     return UpdateTaskExecutionState(job_master_id, attempt_id, state, failure.cause,
-                                    failure.kind, list(failure.lost_partitions))
+                                    failure.kind, list(failure.lost_partitions), metrics)
+
+
+ENDED_TASKS_SHOWN = 200
+
+
+def _task_labels(task: Task) -> list[str]:
+    d = task.deployment
+    return [str(d.job_id), d.vertex_name, str(d.subtask_index), str(d.attempt_number)]
 
 
 class TaskExecutor(RpcEndpoint):
@@ -140,6 +151,11 @@ class TaskExecutor(RpcEndpoint):
         self.environment = environment
         self._task_factory = task_factory
         self.data_address = environment.data_address if environment else ""
+        self.metrics_address = ""  # its Prometheus endpoint, once started (__main__)
+        # The final metrics of tasks that ended here, the newest ENDED_TASKS_SHOWN, for
+        # the Prometheus endpoint: (labels, metrics).
+        self._ended_metrics: collections.OrderedDict[ExecutionAttemptID, tuple[list[str], TaskIOMetrics]] = \
+            collections.OrderedDict()
         self._rm: ResourceManagerGateway = rpc.connect(
             resource_manager_address, "resourcemanager", ResourceManagerGateway)
         self.slot_table = TaskSlotTable(resource_id, config.num_slots, config.slot_profile)
@@ -202,7 +218,7 @@ class TaskExecutor(RpcEndpoint):
                 registration = await rm.register_task_executor(RegisterTaskExecutor(
                     self.resource_id, self.rpc.address, self.slot_table.report(),
                     self.config.total, worker_id=self.resource_id,
-                    data_address=self.data_address))
+                    data_address=self.data_address, metrics_address=self.metrics_address))
                 self._connected_to_resource_manager(registration)
                 return registration
             finally:
@@ -370,10 +386,30 @@ class TaskExecutor(RpcEndpoint):
             else:
                 await self._free_slot(offer.allocation_id, "offer rejected by the JobMaster")
 
+    def metric_families(self):
+        """For the Prometheus endpoint (its thread): every task running here and the
+        last ones that ended here, with their I/O metrics."""
+        for _ in range(5):  # the loop may add or drop a task meanwhile: look again
+            try:
+                running = list(self.tasks.values())
+                ended = list(self._ended_metrics.items())
+                break
+            except RuntimeError:
+                continue
+        else:
+            running, ended = [], []
+        measured = {task.attempt_id: (_task_labels(task), task.io.snapshot())
+                    for task in running}
+        measured.update((attempt, value) for attempt, value in ended if attempt not in measured)
+        return io_families("flinkyarn_task", TASK_LABELS, measured.values())
+
     async def heartbeat_from_job_master(self, request: JobHeartbeatRequest) -> AllocatedSlotReport:
         self._jm_heartbeats.answer_request(ResourceID(request.sender), None)
         return AllocatedSlotReport(request.job_id,
-                                   self.slot_table.allocations_of_job(request.job_id))
+                                   self.slot_table.allocations_of_job(request.job_id),
+                                   {task.attempt_id: task.io.snapshot()
+                                    for task in self.tasks.values()
+                                    if task.deployment.job_id == request.job_id})
 
     def _job_manager_timed_out(self, resource_id: ResourceID) -> None:
         for job_id, connection in list(self.job_connections.items()):
@@ -597,10 +633,15 @@ class TaskExecutor(RpcEndpoint):
             update = None
         else:
             previous = self._updates_in_flight.get(attempt_id)
+            final = state in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELED)
+            metrics = task.io.snapshot() if final else None
             update = self.spawn(self._send_task_update(previous, task.deployment.job_id,
-                                                       attempt_id, state, failure),
+                                                       attempt_id, state, failure, metrics),
                                 f"update-{attempt_id}")
         if state in (TaskState.FINISHED, TaskState.FAILED, TaskState.CANCELED):
+            self._ended_metrics[attempt_id] = (_task_labels(task), task.io.snapshot())
+            while len(self._ended_metrics) > ENDED_TASKS_SHOWN:
+                self._ended_metrics.popitem(last=False)
             self.tasks.pop(attempt_id, None)
             self.slot_table.remove_task(attempt_id)
             self._updates_in_flight.pop(attempt_id, None)
@@ -609,7 +650,8 @@ class TaskExecutor(RpcEndpoint):
 
     async def _send_task_update(self, previous: asyncio.Task | None, job_id: JobID,
                                 attempt_id: ExecutionAttemptID, state: TaskState,
-                                failure: TaskFailure | None) -> None:
+                                failure: TaskFailure | None,
+                                metrics: TaskIOMetrics | None = None) -> None:
         if previous is not None:
             await previous
         connection = self.job_connections.get(job_id)
@@ -617,7 +659,8 @@ class TaskExecutor(RpcEndpoint):
             return
         try:
             await connection.gateway.update_task_execution_state(
-                task_execution_state(connection.job_master_id, attempt_id, state, failure))
+                task_execution_state(connection.job_master_id, attempt_id, state, failure,
+                                     metrics))
         except RpcError as error:
             log.warning("could not report %s of %s to its JobMaster: %s", state.value,
                         attempt_id, error)

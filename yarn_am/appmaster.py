@@ -19,14 +19,15 @@ from typing import Awaitable, Callable
 
 import msgspec
 
-from flinkyarn import options
-from flinkyarn.configuration import Configuration
+from flinkyarn import options, prometheus
 from flinkyarn.archive import JobArchive
+from flinkyarn.configuration import Configuration
+from flinkyarn.gateways import ACK
 from flinkyarn.job_store import JobStore
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from yarn_am.delegation_tokens import DelegationTokenManager
-from yarn_am.dispatcher import Dispatcher
+from yarn_am.dispatcher import Dispatcher, metric_families
 from yarn_am.resourcemanager.driver import ResourceManagerDriver
 from yarn_am.resourcemanager.resource_manager import ResourceManager, ResourceManagerConfig
 from yarn_am.rest import RestServer
@@ -79,6 +80,19 @@ class AppMaster:
         self.signalled = signum
         self.shutdown()
 
+    @staticmethod
+    def _metric_families(dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop
+                         ) -> Callable[[], list]:
+        """For the Prometheus endpoint's thread: the Dispatcher's state, read on its loop."""
+        async def read() -> list:
+            overview = await dispatcher.cluster_overview(ACK)
+            jobs = [await dispatcher.job_details_of(job.job_id) for job in overview.jobs]
+            return metric_families(jobs, overview)
+
+        def families() -> list:
+            return asyncio.run_coroutine_threadsafe(read(), loop).result(timeout=10)
+        return families
+
     async def serve(self, on_ready: Callable[["AppMaster"], Awaitable[None]] | None = None,
                     info_file: Path | None = None) -> None:
         from yarn_am.dashboard import Dashboard
@@ -121,6 +135,10 @@ class AppMaster:
                     delay = await self.delegation_tokens.start(hand_over)
                     tokens_task = group.create_task(self.delegation_tokens.run(hand_over, delay))
                 await dispatcher.recover()
+                metrics = prometheus.start_for(conf, self._metric_families(dispatcher, loop),
+                                               conf.get(options.JOB_MANAGER_RPC_ADDRESS))
+                if metrics is not None:
+                    dispatcher.metrics_address = metrics.address
                 self.info = ClusterInfo(await rest.start(), rpc_address, await dashboard.start(),
                                         os.getpid())
                 log.info("AppMaster serving: REST %s, RPC %s, dashboard %s",
@@ -134,6 +152,8 @@ class AppMaster:
                 if tokens_task is not None:
                     tokens_task.cancel()
                 await rest.stop()
+                if metrics is not None:
+                    metrics.stop()
                 dispatcher.stop()
                 await dispatcher_task
                 resource_manager.stop()

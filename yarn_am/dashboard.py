@@ -46,6 +46,7 @@ from aiohttp import web
 from flinkyarn.gateways import ACK
 from flinkyarn.gateways.dispatcher import (DispatcherGateway, JobDetails, JobQuery,
                                            TaskExecutorView)
+from flinkyarn.metrics import TaskIOMetrics
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class Dashboard:
         self._title, self._mode = title, mode
         self._max_connections, self._timeout = max_connections, timeout
         self._secret = secrets.token_urlsafe(24)
-        pages = web.Application(middlewares=[_read_only])
+        pages = web.Application(middlewares=[read_only("dashboard")])
         pages.add_routes([web.get("/", self.page), web.get("/api/overview", self.overview)])
         self._app = web.Application()
         self._app.add_subapp(f"/{self._secret}/", pages)
@@ -119,12 +120,15 @@ class Dashboard:
                             content_type="application/json", headers=_NO_CACHE)
 
 
-@web.middleware
-async def _read_only(request: web.Request, handler):
-    if request.method not in ("GET", "HEAD"):
-        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"],
-                                       text="the dashboard is read-only\n")
-    return await handler(request)
+def read_only(what: str):
+    """An aiohttp middleware that answers every method but GET and HEAD with 405."""
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        if request.method not in ("GET", "HEAD"):
+            raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"],
+                                           text=f"the {what} is read-only\n")
+        return await handler(request)
+    return middleware
 
 
 class _Connections:
@@ -258,8 +262,8 @@ def _job_rows(job: JobDetails, now: float) -> str:
         for state, count in vertex.state_counts.items():
             totals[state] = totals.get(state, 0) + count
     vertices = "".join(
-        f"<tr><td>{_e(v.name)}</td><td>{v.parallelism}</td><td>{_state(v.state)}</td>"
-        f"<td>{_counts(v.state_counts)}</td></tr>" for v in job.vertices)
+        f'<tr class="vertex"><td>{_e(v.name)}</td><td>{v.parallelism}</td><td>{_state(v.state)}</td>'
+        f"<td>{_counts(v.state_counts)}</td>{_io_cells(v.metrics)}</tr>" for v in job.vertices)
     cause = ""
     if job.failure_cause:
         first_line = (job.failure_cause.strip().splitlines() or [""])[0]
@@ -291,8 +295,30 @@ def _job_rows(job: JobDetails, now: float) -> str:
             f"<td>{_timestamp(job.start_time)}</td><td>{_duration(end - job.start_time)}</td>"
             f"<td>{_counts(totals)}</td></tr>\n"
             f'<tr class="detail"><td colspan="6">{cause}<table class="vertices"><thead><tr>'
-            f"<th>Vertex</th><th>Parallelism</th><th>State</th><th>Tasks</th></tr></thead>"
+            f"<th>Vertex</th><th>Parallelism</th><th>State</th><th>Tasks</th><th>Records in</th>"
+            f"<th>Records out</th><th>Bytes in</th><th>Bytes out</th><th>Backpressured</th>"
+            f"</tr></thead>"
             f"<tbody>{vertices}</tbody></table></td></tr>\n")
+
+
+def _io_cells(metrics: TaskIOMetrics | None) -> str:
+    """A vertex's records and bytes, and its busiest subtask's backpressure (share of
+    time waiting for room in its outputs)."""
+    if metrics is None:
+        return '<td colspan="5" class="none">no metrics yet</td>'
+    return (f'<td class="records-in">{metrics.records_in}</td>'
+            f'<td class="records-out">{metrics.records_out}</td>'
+            f"<td>{_bytes(metrics.bytes_in)}</td><td>{_bytes(metrics.bytes_out)}</td>"
+            f"<td>{metrics.backpressured_ms_per_second / 10:.0f}%</td>")
+
+
+def _bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _executor_row(te: TaskExecutorView, job_names: dict[str, str]) -> str:

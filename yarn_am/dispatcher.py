@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 
 import msgspec
@@ -40,8 +41,9 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
                                            SavepointWritten, SlotView, SubmitJob,
                                            SubtaskView, TaskExecutorView, TokenStatus,
                                            TriggerSavepoint, VertexDetails)
-from flinkyarn.ids import JobID, JobMasterId
+from flinkyarn.ids import ExecutionAttemptID, JobID, JobMasterId
 from flinkyarn.job_store import JobStore
+from flinkyarn.metrics import TaskIOMetrics
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import InvalidRequest, NotFound
@@ -90,6 +92,7 @@ class Dispatcher(RpcEndpoint):
         self._store = job_store
         self._attempt = attempt
         self._archive, self._application_id = archive, application_id
+        self.metrics_address = ""  # the AppMaster's Prometheus endpoint, once it serves
         JobMasterConfig.from_configuration(conf)  # the cluster's own settings must hold
         self.jobs: dict[JobID, JobRecord] = {}
 
@@ -376,10 +379,14 @@ class Dispatcher(RpcEndpoint):
         # Execution and restart times are the scheduler's monotonic seconds: shown as
         # wall time.
         offset = time.time() - time.monotonic()
-        vertices = [VertexDetails(v.vertex_id, v.name, v.parallelism, v.state.value,
-                                  {s.value: n for s, n in v.state_counts.items() if n},
-                                  _subtasks(graph.job_vertex(v.vertex_id), offset))
-                    for v in scheduler.vertex_summaries()]
+        vertices = []
+        for v in scheduler.vertex_summaries():
+            subtasks = _subtasks(graph.job_vertex(v.vertex_id), offset, job_master.task_metrics)
+            measured = [s.metrics for s in subtasks if s.metrics is not None]
+            vertices.append(VertexDetails(
+                v.vertex_id, v.name, v.parallelism, v.state.value,
+                {s.value: n for s, n in v.state_counts.items() if n}, subtasks,
+                functools.reduce(TaskIOMetrics.plus, measured) if measured else None))
         cause = record.result.failure_cause if record.result else scheduler.failure_cause
         history = [RestartView(r.number, r.at + offset, r.cause, r.failed_task,
                                [graph.vertex(evid).task_name for evid in r.restarted])
@@ -394,12 +401,45 @@ class Dispatcher(RpcEndpoint):
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
         executors = [TaskExecutorView(record.resource_id, record.address,
-                                      [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots])
+                                      [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots],
+                                      record.metrics_address)
                      for record, slots in self._resource_manager.task_executor_overview()]
-        return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs, self._token_status())
+        return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs, self._token_status(),
+                               self.metrics_address)
 
 
-def _subtasks(vertex: ExecutionJobVertex, offset: float) -> list[SubtaskView]:
+def metric_families(jobs: list[JobDetails], overview: ClusterOverview) -> list:
+    """The AppMaster's Prometheus families (flinkyarn/prometheus.py): each job's status
+    and uptime, each vertex's I/O summed over its subtasks, the TaskExecutors and slots."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from flinkyarn.prometheus import io_families
+
+    running = GaugeMetricFamily("flinkyarn_job_running", "1 while the job runs, else 0",
+                                labels=["job_id", "name", "status"])
+    restarts = GaugeMetricFamily("flinkyarn_job_restarts", "Restarts of the job so far",
+                                 labels=["job_id", "name"])
+    for job in jobs:
+        running.add_metric([job.job_id, job.name, job.status], 1 if job.end_time is None else 0)
+        restarts.add_metric([job.job_id, job.name], job.restarts)
+    executors = GaugeMetricFamily("flinkyarn_taskexecutors", "Registered TaskExecutors")
+    executors.add_metric([], len(overview.task_executors))
+    slots = GaugeMetricFamily("flinkyarn_slots", "Slots of the registered TaskExecutors",
+                              labels=["state"])
+    counts: dict[str, int] = {}
+    for te in overview.task_executors:
+        for slot in te.slots:
+            counts[slot.state] = counts.get(slot.state, 0) + 1
+    for state, count in sorted(counts.items()):
+        slots.add_metric([state], count)
+    vertices = [([job.job_id, vertex.name], vertex.metrics) for job in jobs
+                for vertex in job.vertices if vertex.metrics is not None]
+    return [running, restarts, executors, slots,
+            *io_families("flinkyarn_vertex", ["job_id", "vertex"], vertices)]
+
+
+def _subtasks(vertex: ExecutionJobVertex, offset: float,
+              metrics: dict[ExecutionAttemptID, TaskIOMetrics]) -> list[SubtaskView]:
     views = []
     for task in vertex.task_vertices:
         execution = task.current_execution
@@ -410,7 +450,8 @@ def _subtasks(vertex: ExecutionJobVertex, offset: float) -> list[SubtaskView]:
             task.id.subtask_index, execution.state.value, execution.attempt_number,
             str(execution.slot.resource_id) if execution.slot is not None else None,
             started + offset if started is not None else None,
-            ended + offset if ended is not None else None))
+            ended + offset if ended is not None else None,
+            metrics.get(execution.attempt_id)))
     return views
 
 

@@ -25,7 +25,8 @@ import msgspec
 from aiohttp import web
 
 from flinkyarn.archive import ArchivedApplication, JobArchive, find_application, history_page
-from yarn_am.dashboard import PAGE_HEADERS, DashboardOverview, render_document, render_page
+from yarn_am.dashboard import (PAGE_HEADERS, DashboardOverview, read_only, render_document,
+                               render_page)
 from yarn_am.dashboard import _css, _e
 from yarn_am.dashboard import _timestamp as dashboard_timestamp
 
@@ -40,7 +41,7 @@ class HistoryServer:
                  ) -> None:
         self._archives = archives
         self._host, self._port = host, port
-        app = web.Application(middlewares=[_read_only])
+        app = web.Application(middlewares=[read_only("history server")])
         app.add_routes([
             web.get("/", self.index),
             web.get("/applications/{app}/", self.application_page),
@@ -144,14 +145,6 @@ def _checked(value: str, pattern: re.Pattern[str], what: str) -> str:
     if not pattern.fullmatch(value):
         raise web.HTTPNotFound(text=f"not a{'n' if what[0] in 'aeiou' else ''} {what} id\n")
     return value
-
-
-@web.middleware
-async def _read_only(request: web.Request, handler):
-    if request.method not in ("GET", "HEAD"):
-        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"],
-                                       text="the history server is read-only\n")
-    return await handler(request)
 
 
 def _timestamp(seconds: float | None) -> str:

@@ -10,6 +10,7 @@ import msgspec
 from flinkyarn.gateways import ALL_METHODS, Ack, callable_by
 from flinkyarn.ids import JobID
 from flinkyarn.jobgraph import JobGraph
+from flinkyarn.metrics import TaskIOMetrics
 
 
 class SubmitJob(msgspec.Struct, frozen=True):
@@ -45,6 +46,7 @@ class SubtaskView(msgspec.Struct, frozen=True):
     task_executor: str | None = None   # the resource id of the TaskExecutor it was deployed to
     start_time: float | None = None    # when it was deployed (seconds since the epoch)
     end_time: float | None = None      # when it reached a final state
+    metrics: TaskIOMetrics | None = None  # as its TaskExecutor last reported them
 
 
 class VertexDetails(msgspec.Struct, frozen=True):
@@ -54,6 +56,7 @@ class VertexDetails(msgspec.Struct, frozen=True):
     state: str
     state_counts: dict[str, int]
     subtasks: list[SubtaskView] = []
+    metrics: TaskIOMetrics | None = None  # its subtasks' summed (rates: the busiest's)
 
 
 class RestartView(msgspec.Struct, frozen=True):
@@ -162,6 +165,7 @@ class TaskExecutorView(msgspec.Struct, frozen=True):
     resource_id: str
     address: str
     slots: list[SlotView]
+    metrics_address: str = ""  # its Prometheus endpoint, host:port ("": none)
 
 
 class TokenStatus(msgspec.Struct, frozen=True):
@@ -177,6 +181,7 @@ class ClusterOverview(msgspec.Struct, frozen=True):
     task_executors: list[TaskExecutorView]
     jobs: list[JobOverview]
     delegation_tokens: TokenStatus | None = None  # on a secure cluster
+    metrics_address: str = ""  # the AppMaster's Prometheus endpoint, host:port
 
 
 @callable_by(client=ALL_METHODS)

@@ -13,6 +13,7 @@ from flinkyarn.gateways import Ack, HeartbeatRequest, callable_by
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID,
                            InstanceID, IntermediateResultPartitionID, JobID, JobMasterId,
                            ResourceID, ResourceManagerId)
+from flinkyarn.metrics import TaskIOMetrics
 from flinkyarn.slots import SlotOffer
 
 
@@ -74,6 +75,7 @@ class UpdateTaskExecutionState(msgspec.Struct, frozen=True):
     error: str | None = None
     failure_kind: FailureKind = FailureKind.TASK
     lost_partitions: list[IntermediateResultPartitionID] = []
+    metrics: TaskIOMetrics | None = None  # the task's final counts, with a final state
 
 
 class AcknowledgeCheckpoint(msgspec.Struct, frozen=True):

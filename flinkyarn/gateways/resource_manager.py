@@ -21,6 +21,7 @@ class RegisterTaskExecutor(msgspec.Struct, frozen=True):
     # Set when the TaskExecutor runs in a YARN container (or a local process of the driver).
     worker_id: str | None = None
     data_address: str = ""  # its Arrow Flight data server, host:port
+    metrics_address: str = ""  # its Prometheus endpoint, host:port ("": none)
 
 
 class TaskExecutorRegistration(msgspec.Struct, frozen=True):

@@ -12,6 +12,7 @@ from flinkyarn.gateways import Ack, HeartbeatRequest
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, IntermediateDataSetID, JobID,
                            JobMasterId, JobVertexID, ResourceID, ResourceManagerId, SlotID)
 from flinkyarn.jobgraph import ResultPartitionType
+from flinkyarn.metrics import TaskIOMetrics
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.slots import SlotReport
 
@@ -104,10 +105,12 @@ class FreeSlot(msgspec.Struct, frozen=True):
 
 
 class AllocatedSlotReport(msgspec.Struct, frozen=True):
-    """The TaskExecutor's answer to its JobMaster's heartbeat: the job's slots it holds."""
+    """The TaskExecutor's answer to its JobMaster's heartbeat: the job's slots it holds,
+    and the I/O metrics of the job's tasks running here (Flink's heartbeat payload)."""
 
     job_id: JobID
     allocation_ids: list[AllocationID] = []
+    metrics: dict[ExecutionAttemptID, TaskIOMetrics] = {}
 
 
 class JobHeartbeatRequest(msgspec.Struct, frozen=True):

@@ -307,6 +307,11 @@ class InputGate:
         self._watermarks = [MIN_TIMESTAMP] * len(self.channels)
         self._watermark = MIN_TIMESTAMP
 
+
+    def fill(self) -> float:
+        """How full the queue is, 0 to 1 (any thread; a moment's look)."""
+        return min(1.0, len(self._queue) / self._capacity)
+
     def __iter__(self) -> Iterator[tuple[int, GateEvent]]:
         with self._cond:
             if self._started:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from flinkyarn.metrics import TaskIO
 from flinkyarn.gateways.job_master import TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
 from taskexecutor.task import TaskFailure
@@ -23,6 +24,7 @@ class ScriptedTask:
                  *_environment_locate_and_output: object) -> None:
         self.deployment = deployment
         self.attempt_id = deployment.attempt_id
+        self.io = TaskIO()  # counts nothing: it has no data
         self.name = (f"{deployment.vertex_name} ({deployment.subtask_index + 1}/"
                      f"{deployment.parallelism}) #{deployment.attempt_number}")
         self.state: TaskState | None = None

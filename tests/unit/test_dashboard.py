@@ -103,13 +103,14 @@ def test_api_overview_is_the_cluster_overview_with_each_jobs_details_newest_firs
         "job_id": "j-old", "name": "nightly etl", "status": "FAILED", "start_time": T0,
         "end_time": T0 + 75, "failure_cause": "ValueError: bad row 7\n  at line 3",
         "vertices": [{"vertex_id": "v-read", "name": "read", "parallelism": 2, "state": "FAILED",
-                      "state_counts": {"FAILED": 1, "CANCELED": 1}, "subtasks": []}],
+                      "state_counts": {"FAILED": 1, "CANCELED": 1}, "subtasks": [],
+                      "metrics": None}],
         "restarts": 0, "root_cause": None, "restart_history": [], "restart_limit": None,
         "spark_application": None, "spark_tracking_url": None, "output_tail": "",
         "checkpoints": None}
     assert overview["task_executors"] == [{"resource_id": "te-1", "address": "127.0.0.1:4242", "slots": [
         {"index": 0, "state": "allocated", "job_id": "j-run"},
-        {"index": 1, "state": "free", "job_id": None}]}]
+        {"index": 1, "state": "free", "job_id": None}], "metrics_address": ""}]
 
 
 def test_page_lists_jobs_with_status_times_vertices_and_failure_cause():

@@ -21,6 +21,7 @@ from flinkyarn.job import JobBuilder
 from tests import browser
 from tests.local import intruder, jobs
 from tests.local.conftest import wait_for
+from tests.local.test_metrics import scrape
 from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions
@@ -161,6 +162,13 @@ def test_session_runs_four_jobs_two_at_once_releases_idle_containers_stops_and_i
         wait_for(lambda: all(sum(v.state_counts.get("RUNNING", 0) for v in rest.job(j).vertices) == 2
                              for j in (a, b)), 180, "two jobs running at once")
         assert running_containers(app_id) == 2  # two TaskExecutors of two slots
+        # Each TaskExecutor's Prometheus endpoint, on its node's address, and the
+        # AppMaster's, as the REST API advertises them.
+        overview = rest.overview()
+        tasks = [sample.labels["job_id"] for task_executor in overview.task_executors
+                 for sample in scrape(task_executor.metrics_address)["flinkyarn_task_records_in_total"]]
+        assert sorted(tasks) == sorted([a, a, b, b])
+        assert scrape(overview.metrics_address)["flinkyarn_taskexecutors"][0].value == 2
         jobs.go(first), jobs.go(second)
         wait_for(lambda: {rest.job(j).status for j in (a, b)} == {"FINISHED"}, 60, "both finished")
 

@@ -44,6 +44,7 @@ from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlot
                                                  ResourceManagerGateway)
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
+from flinkyarn.metrics import TaskIOMetrics
 from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID, InstanceID,
                            JobID, JobMasterId, ResourceID, ResourceManagerId, leader_id,
                            new_id)
@@ -193,6 +194,7 @@ class JobMaster(RpcEndpoint):
         self._tm_heartbeats: HeartbeatManager = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._task_manager_timed_out,
             payload_for=lambda _rid: te.JobHeartbeatRequest(self.resource_id, self.job_id),
+            on_payload=self._task_manager_report,
             rpc_failure_threshold=threshold, on_unreachable=self._task_manager_unreachable)
         self._rm_heartbeats: HeartbeatManager = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._resource_manager_timed_out)
@@ -211,6 +213,10 @@ class JobMaster(RpcEndpoint):
         # unmanaged AM, the application's AM) dies with a lost TaskExecutor, and YARN
         # would keep the application RUNNING until its AM expiry (minutes).
         self._spark_applications: dict[ExecutionAttemptID, str] = {}
+        # Each task attempt's latest I/O metrics (heartbeat answers), its final ones once
+        # it ended (with its final state: no later heartbeat answer replaces them).
+        self.task_metrics: dict[ExecutionAttemptID, TaskIOMetrics] = {}
+        self._final_metrics: set[ExecutionAttemptID] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -308,10 +314,23 @@ class JobMaster(RpcEndpoint):
 
     async def update_task_execution_state(self, request: UpdateTaskExecutionState) -> Ack:
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
+        if request.metrics is not None:
+            self.task_metrics[request.attempt_id] = request.metrics
+            self._final_metrics.add(request.attempt_id)
         self._run_scheduler(self.scheduler.task_state_changed(
             request.attempt_id, ExecutionState(request.state.value), request.error, self._now(),
             failure_kind=request.failure_kind, lost_partitions=request.lost_partitions))
         return ACK
+
+    def _task_manager_report(self, _resource_id: ResourceID, report: object) -> None:
+        """A TaskExecutor's heartbeat answer: its tasks' metrics (of this job, keyed by
+        attempts the TaskExecutor runs, so they are this job's)."""
+        if not isinstance(report, te.AllocatedSlotReport) or report.job_id != self.job_id:
+            return
+        for attempt_id, metrics in report.metrics.items():
+            if attempt_id not in self._final_metrics and \
+                    self.scheduler.execution_graph.execution(attempt_id) is not None:
+                self.task_metrics[attempt_id] = metrics
 
     async def report_task_output(self, request: ReportTaskOutput) -> Ack:
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")

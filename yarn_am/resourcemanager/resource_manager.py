@@ -82,6 +82,7 @@ class TaskExecutorRecord:
     address: str
     gateway: TaskExecutorGateway
     resources: ResourceProfile
+    metrics_address: str = ""  # its Prometheus endpoint
 
 
 @dataclass
@@ -177,7 +178,7 @@ class ResourceManager(RpcEndpoint):
         gateway: TaskExecutorGateway = self.rpc.connect(request.address, "taskexecutor",
                                                         TaskExecutorGateway)
         record = TaskExecutorRecord(resource_id, InstanceID(new_id()), request.address, gateway,
-                                    request.total_resources)
+                                    request.total_resources, request.metrics_address)
         self.task_executors[resource_id] = record
         if request.worker_id in self.workers:
             self.workers[request.worker_id] = True
