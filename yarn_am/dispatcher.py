@@ -43,8 +43,8 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
                                            TriggerSavepoint, VertexDetails)
 from flinkyarn.ids import ExecutionAttemptID, JobID, JobMasterId
 from flinkyarn.job_store import JobStore
-from flinkyarn.metrics import TaskIOMetrics
 from flinkyarn.jobgraph import JobGraph
+from flinkyarn.metrics import TaskIOMetrics
 from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import InvalidRequest, NotFound
 from flinkyarn.rpc.service import RpcService
@@ -410,7 +410,7 @@ class Dispatcher(RpcEndpoint):
 
 def metric_families(jobs: list[JobDetails], overview: ClusterOverview) -> list:
     """The AppMaster's Prometheus families (flinkyarn/prometheus.py): each job's status
-    and uptime, each vertex's I/O summed over its subtasks, the TaskExecutors and slots."""
+    and restarts, each vertex's I/O summed over its subtasks, the TaskExecutors and slots."""
     from prometheus_client.core import GaugeMetricFamily
 
     from flinkyarn.prometheus import io_families

@@ -303,7 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         if archive is not None:
             archive_end(archive, app.id, outcome.status, outcome.diagnostics, attempt)
             if history_server:  # YARN's tracking URL of the ended application leads there
-                Path(FINAL_TRACKING_URL_FILE).write_text(history_page(history_server, app.id))
+                try:
+                    Path(FINAL_TRACKING_URL_FILE).write_text(history_page(history_server, app.id))
+                except OSError as error:  # the application still ends, without that link
+                    log.warning("cannot leave the final tracking URL: %s", error)
         remove_staging_files(args.staging_files, app.id)  # the job store's folder too
     else:  # skein's ApplicationMaster leaves it to YARN to start the next attempt
         log.info("attempt %d of %d ends %s: YARN starts the next, which takes over the "

@@ -507,10 +507,15 @@ def _list_archived(app_id: str, conf: Configuration) -> None:
             f"{', '.join(a.folder for a in yarn_cluster.archives(conf))}); was it a flinkyarn "
             f"application of yours, with {options.ARCHIVE_DIR.key} elsewhere?")
     application, jobs = found
-    click.echo(f"{app_id}  {application.status} (ended {_when(application.end_time)}): "
-               f"{application.name}")
-    if application.diagnostics and application.status != "SUCCEEDED":
-        click.echo(f"  {application.diagnostics.strip().splitlines()[0]}")
+    status, diagnostics, end = application.status, application.diagnostics, application.end_time
+    if end is None:  # its last AppMaster ended without a word: ask YARN
+        with contextlib.suppress(YarnDeploymentError):
+            report = yarn_cluster.application_report(app_id)
+            status, diagnostics = report.get("finalStatus", status), report.get("diagnostics", "")
+            end = (report.get("finishedTime") or 0) / 1000 or None
+    click.echo(f"{app_id}  {status} (ended {_when(end)}): {application.name}")
+    if diagnostics and status != "SUCCEEDED":
+        click.echo(f"  {diagnostics.strip().splitlines()[0]}")
     for job in jobs:
         _echo_job(job.details)
 
