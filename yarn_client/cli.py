@@ -21,6 +21,7 @@ import click
 
 import flinkyarn
 from flinkyarn import hadoop, kerberos, options
+from flinkyarn.archive import JobArchive, find_application
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.environment import JobResult
 from flinkyarn.gateways.dispatcher import JobDetails
@@ -474,17 +475,18 @@ def list_jobs(application_id: str | None, everything: bool, conf: Configuration)
     """Jobs of an application (default: each of your running flinkyarn applications).
     Of an application that ended, what it archived (jobmanager.archive.fs.dir)."""
     running = [a["id"] for a in yarn_cluster.flinkyarn_applications(states=("RUNNING",))]
+    archives = yarn_cluster.archives(conf)
     if application_id:
         apps = [application_id]
     elif everything:
-        archived = [a.application_id for archive in yarn_cluster.archives(conf)
+        archived = [a.application_id for archive in archives
                     for a in archive.applications() if a.application_id not in running]
         apps = running + list(dict.fromkeys(archived))
     else:
         apps = running
     for app_id in apps:
         if app_id not in running and not yarn_cluster.is_running(app_id):
-            _list_archived(app_id, conf)
+            _list_archived(app_id, archives)
             continue
         click.echo(app_id)
         rest = yarn_cluster.connect(app_id, conf)
@@ -499,14 +501,15 @@ def list_jobs(application_id: str | None, everything: bool, conf: Configuration)
             _echo_job(rest.job(job.job_id))
 
 
-def _list_archived(app_id: str, conf: Configuration) -> None:
-    found = yarn_cluster.archived(app_id, conf)
+def _list_archived(app_id: str, archives: list[JobArchive]) -> None:
+    found = find_application(archives, app_id)
     if found is None:
         raise click.ClickException(
             f"{app_id} is not running and no archive has it (read: "
-            f"{', '.join(a.folder for a in yarn_cluster.archives(conf))}); was it a flinkyarn "
+            f"{', '.join(a.folder for a in archives)}); was it a flinkyarn "
             f"application of yours, with {options.ARCHIVE_DIR.key} elsewhere?")
-    application, jobs = found
+    archive, application = found
+    jobs = archive.jobs(app_id)
     status, diagnostics, end = application.status, application.diagnostics, application.end_time
     if end is None:  # its last AppMaster ended without a word: ask YARN
         with contextlib.suppress(YarnDeploymentError):

@@ -27,7 +27,7 @@ from typing import TextIO
 import msgspec
 
 from flinkyarn import hadoop, kerberos, options, retry
-from flinkyarn.archive import ArchivedApplication, ArchivedJob, JobArchive, find_application
+from flinkyarn.archive import JobArchive
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.dispatcher import TokenStatus
 from flinkyarn.ids import new_id
@@ -503,16 +503,6 @@ def archives(conf: Configuration | None = None) -> list[JobArchive]:
     listed = [d.strip() for d in conf.get(options.HISTORY_SERVER_ARCHIVE_DIRS).split(",")
               if d.strip()] or [staging.archive(conf)]
     return [JobArchive(d if "://" in d else staging.uri(d)) for d in listed]
-
-
-def archived(app_id: str, conf: Configuration | None = None
-             ) -> tuple[ArchivedApplication, list[ArchivedJob]] | None:
-    """An application's archived entry and jobs (None when no archive has it)."""
-    found = find_application(archives(conf), app_id)
-    if found is None:
-        return None
-    archive, application = found
-    return application, archive.jobs(app_id)
 
 
 def is_running(app_id: str) -> bool:
