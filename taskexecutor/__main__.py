@@ -102,6 +102,10 @@ async def serve(args: argparse.Namespace, conf: Configuration,
                 exit_at_the_latest(FATAL_EXIT_DEADLINE, FATAL_EXIT_CODE)
             return executor.fatal_error
         finally:
+            # Closing Spark and the data server holds the loop for seconds: a call that
+            # came in then would be cut off by its caller before its handler ran (grpc
+            # logs that with a traceback). The server stops first.
+            await rpc.stop(grace=0.5)
             environment.close()
     finally:
         await rpc.stop(grace=0.5)
