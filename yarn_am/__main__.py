@@ -55,9 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     driver = LocalProcessDriver(args.security_dir / TASKEXECUTOR_DIR, args.work_dir / "logs",
                                 properties, start_workers=(worker,) * args.start_workers)
     with process_scratch(conf, "flinkyarn-appmaster-") as scratch:
-        security = appmaster_security(conf, ClusterSecurity.load(args.security_dir),
-                                      scratch.root / "security")
-        appmaster = AppMaster(conf, security, driver, "flinkyarn (local)")
+        cluster = ClusterSecurity.load(args.security_dir)
+        security = appmaster_security(conf, cluster, scratch.root / "security")
+        appmaster = AppMaster(conf, security, driver, "flinkyarn (local)",
+                              cancel_token=cluster.dashboard_token())
         orphaned = asyncio.run(_serve(appmaster, args.info_file, args.client_pipe))
     if orphaned and args.orphan_removes is not None:
         shutil.rmtree(args.orphan_removes, ignore_errors=True)

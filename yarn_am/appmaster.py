@@ -55,11 +55,13 @@ class AppMaster:
                  driver: ResourceManagerDriver, title: str = "flinkyarn",
                  delegation_tokens: DelegationTokenManager | None = None,
                  job_store: JobStore | None = None, attempt: int = 1,
-                 archive: JobArchive | None = None, application_id: str = "") -> None:
+                 archive: JobArchive | None = None, application_id: str = "",
+                 cancel_token: str | None = None) -> None:
         """`job_store`: where an earlier attempt left its jobs (taken over before the
         REST API serves) and this one keeps its own (flinkyarn/job_store.py); `attempt`:
         the YARN application attempt this AppMaster is (its leader ids name it);
-        `archive`: where ended jobs of application `application_id` are archived."""
+        `archive`: where ended jobs of application `application_id` are archived;
+        `cancel_token`: what the dashboard's Cancel asks for (None: no Cancel)."""
         self.conf = conf
         self.job_store = job_store
         self.attempt = attempt
@@ -68,6 +70,7 @@ class AppMaster:
         self.driver = driver
         self.title = title
         self.delegation_tokens = delegation_tokens
+        self.cancel_token = cancel_token
         self.info: ClusterInfo | None = None
         self.dispatcher: Dispatcher | None = None
         self._stopping = asyncio.Event()  # also when asked before serve() is up
@@ -118,7 +121,8 @@ class AppMaster:
         # On loopback, whatever rest.address says: see yarn_am/dashboard.py.
         dashboard = Dashboard(dispatcher, title=self.title,
                               max_connections=conf.get(options.DASHBOARD_MAX_CONNECTIONS),
-                              timeout=conf.get(options.DASHBOARD_TIMEOUT))
+                              timeout=conf.get(options.DASHBOARD_TIMEOUT),
+                              cancel_token=self.cancel_token)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)

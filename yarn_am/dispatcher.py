@@ -40,7 +40,7 @@ from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, J
                                            JobQuery, JobSubmitted, RestartView,
                                            SavepointWritten, SlotView, SubmitJob,
                                            SubtaskView, TaskExecutorView, TokenStatus,
-                                           TriggerSavepoint, VertexDetails)
+                                           TriggerSavepoint, VertexDetails, VertexInput)
 from flinkyarn.ids import ExecutionAttemptID, JobID, JobMasterId
 from flinkyarn.job_store import JobStore
 from flinkyarn.jobgraph import JobGraph
@@ -379,6 +379,12 @@ class Dispatcher(RpcEndpoint):
         # Execution and restart times are the scheduler's monotonic seconds: shown as
         # wall time.
         offset = time.time() - time.monotonic()
+        inputs: dict[str, list[VertexInput]] = {}
+        for edge in graph.job_graph.edges:
+            partitioner = edge.partitioner.value
+            if edge.key_columns:
+                partitioner += f" ({', '.join(edge.key_columns)})"
+            inputs.setdefault(edge.target, []).append(VertexInput(edge.source, partitioner))
         vertices = []
         for v in scheduler.vertex_summaries():
             subtasks = _subtasks(graph.job_vertex(v.vertex_id), offset, job_master.task_metrics)
@@ -386,7 +392,8 @@ class Dispatcher(RpcEndpoint):
             vertices.append(VertexDetails(
                 v.vertex_id, v.name, v.parallelism, v.state.value,
                 {s.value: n for s, n in v.state_counts.items() if n}, subtasks,
-                functools.reduce(TaskIOMetrics.plus, measured) if measured else None))
+                functools.reduce(TaskIOMetrics.plus, measured) if measured else None,
+                inputs.get(v.vertex_id, [])))
         cause = record.result.failure_cause if record.result else scheduler.failure_cause
         history = [RestartView(r.number, r.at + offset, r.cause, r.failed_task,
                                [graph.vertex(evid).task_name for evid in r.restarted])
@@ -397,13 +404,16 @@ class Dispatcher(RpcEndpoint):
                           record.root_cause or scheduler.root_cause, history,
                           job_master.config.restart_strategy.attempt_limit,
                           spark_id, spark_url, record.output.tail(),
-                          job_master.checkpoint_view())
+                          job_master.checkpoint_view(),
+                          self._resource_manager.wait_reason(overview.job_id)
+                          if record.result is None else "")
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
+        rm = self._resource_manager
         executors = [TaskExecutorView(record.resource_id, record.address,
                                       [SlotView(s.slot_id.slot_number, s.state, s.job_id) for s in slots],
-                                      record.metrics_address)
-                     for record, slots in self._resource_manager.task_executor_overview()]
+                                      record.metrics_address, *rm.worker_location(record))
+                     for record, slots in rm.task_executor_overview()]
         return ClusterOverview(executors, (await self.list_jobs(ACK)).jobs, self._token_status(),
                                self.metrics_address)
 
@@ -451,7 +461,7 @@ def _subtasks(vertex: ExecutionJobVertex, offset: float,
             str(execution.slot.resource_id) if execution.slot is not None else None,
             started + offset if started is not None else None,
             ended + offset if ended is not None else None,
-            metrics.get(execution.attempt_id)))
+            metrics.get(execution.attempt_id), execution.failure_cause))
     return views
 
 

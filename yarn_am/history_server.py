@@ -25,10 +25,9 @@ import msgspec
 from aiohttp import web
 
 from flinkyarn.archive import ArchivedApplication, JobArchive, find_application, history_page
-from yarn_am.dashboard import (PAGE_HEADERS, DashboardOverview, read_only, render_document,
-                               render_page)
-from yarn_am.dashboard import _css, _e
-from yarn_am.dashboard import _timestamp as dashboard_timestamp
+from yarn_am import pages
+from yarn_am.dashboard import DashboardOverview, read_only, render_page
+from yarn_am.pages import PAGE_HEADERS
 
 log = logging.getLogger(__name__)
 
@@ -69,27 +68,16 @@ class HistoryServer:
     # ---------------------------------------------------------------- pages
 
     async def index(self, request: web.Request) -> web.Response:
-        applications = await asyncio.to_thread(self._applications)
-        rows = "".join(
-            f'<tr class="application" id="app-{_e(a.application_id)}">'
-            f'<td><a href="{_e(history_page("", a.application_id))}">{_e(a.application_id)}</a></td>'
-            f"<td>{_e(a.name)}</td><td>{_e(a.mode)}</td><td>{_e(a.user)}</td>"
-            f'<td><span class="state s-{_css(a.status)}">{_e(a.status)}</span></td>'
-            f"<td>{_timestamp(a.start_time)}</td><td>{_timestamp(a.end_time)}</td></tr>\n"
-            for a in applications) or \
-            '<tr><td colspan="7" class="none">No archived applications.</td></tr>'
-        main = ("<main>\n<h2>Applications</h2>\n<table>\n<thead><tr><th>Application</th>"
-                "<th>Name</th><th>Mode</th><th>User</th><th>Final status</th>"
-                "<th>Started (UTC)</th><th>Ended (UTC)</th></tr></thead>\n"
-                f"<tbody>{rows}</tbody>\n</table>\n"
-                f'<p class="updated">Read {_timestamp(time.time())} UTC from '
-                f"{_e(', '.join(a.folder for a in self._archives))}</p>\n</main>")
-        return web.Response(text=render_document("flinkyarn history", None, main),
-                            content_type="text/html", headers=PAGE_HEADERS)
+        applications = [(a, history_page("", a.application_id))
+                        for a in await asyncio.to_thread(self._applications)]
+        body = pages.render("history_index.html", "flinkyarn history",
+                            applications=applications, now=time.time(),
+                            folders=[a.folder for a in self._archives])
+        return web.Response(text=body, content_type="text/html", headers=PAGE_HEADERS)
 
     async def application_page(self, request: web.Request) -> web.Response:
         application, overview = await self._overview(request)
-        ended = _timestamp(application.end_time) if application.end_time else "not ended yet"
+        ended = pages.timestamp(application.end_time) if application.end_time else "not ended yet"
         mode = f"{application.mode}, {application.status} ({ended})"
         body = render_page(overview, f"{application.name} ({application.application_id})", mode,
                            application.end_time or time.time())
@@ -146,6 +134,3 @@ def _checked(value: str, pattern: re.Pattern[str], what: str) -> str:
         raise web.HTTPNotFound(text=f"not a{'n' if what[0] in 'aeiou' else ''} {what} id\n")
     return value
 
-
-def _timestamp(seconds: float | None) -> str:
-    return dashboard_timestamp(seconds) if seconds else ""

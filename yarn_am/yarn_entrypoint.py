@@ -159,15 +159,16 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
             appmaster.shutdown()
 
     # Its own certificate, for $NM_HOST (jobmanager.rpc.address), in its own folder.
-    security = appmaster_security(conf, ClusterSecurity.load(Path(args.security_dir)),
-                                  scratch.root / "security")
+    cluster = ClusterSecurity.load(Path(args.security_dir))
+    security = appmaster_security(conf, cluster, scratch.root / "security")
+
     async def publish(status: TokenStatus) -> None:
         await asyncio.to_thread(app.kv.put, TOKEN_STATUS_KEY, msgspec.json.encode(status))
 
     tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
     appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title, tokens,
                           job_store=store, attempt=attempt, archive=archive,
-                          application_id=app.id)
+                          application_id=app.id, cancel_token=cluster.dashboard_token())
     job_task: list[asyncio.Task] = []
 
     async def on_ready(am: AppMaster) -> None:

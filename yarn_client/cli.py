@@ -426,6 +426,7 @@ def session_start(slots: int | None, properties: tuple[str, ...],
     click.echo(f"  dashboard: {yarn_cluster.rm_web_address()}/proxy/{deployment.app_id}/pages/flinkyarn/")
     click.echo(f"  submit:    flinkyarn run -t yarn-session --application-id {deployment.app_id} FILE.py")
     click.echo(f"  stop:      flinkyarn session stop {deployment.app_id}")
+    click.echo(f"  cancel from the dashboard with: flinkyarn session token {deployment.app_id}")
     click.echo(deployment.app_id)
 
 
@@ -455,6 +456,16 @@ def session_stop(application_id: str, conf: Configuration) -> None:
     for path in yarn_cluster.remove_leftovers(application_id, conf):
         click.echo(f"removed {path}, which the session could not", err=True)
     click.echo(f"{application_id} {report['state']}/{report['finalStatus']}")
+
+
+@session.command("token")
+@click.argument("application_id")
+@client_properties
+@yarn_errors
+def session_token(application_id: str, conf: Configuration) -> None:
+    """Print the token the application's dashboard asks for to cancel a job. Only the
+    user whose client made the application holds what it is derived from."""
+    click.echo(yarn_cluster.dashboard_token(application_id, conf))
 
 
 @session.command("list")
@@ -532,6 +543,8 @@ def _when(seconds: float | None) -> str:
 def _echo_job(details: JobDetails) -> None:
     restarts = f"  {details.restarts} restart(s)" if details.restarts else ""
     click.echo(f"  {details.job_id}  {details.status:10} {details.name}{restarts}")
+    if details.waiting:
+        click.echo(f"    {details.waiting}")
     if details.checkpoints is not None:
         click.echo(f"    {details.checkpoints.summary()}")
     if details.spark_application:

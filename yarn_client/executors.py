@@ -71,11 +71,11 @@ def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float 
     """Polls the job until it is terminal, printing each change of its vertices' states
     and each restart, as it happens, and (with `output`) what its tasks print."""
     last, shown = "", 0  # the number of the last restart printed (the history is capped)
-    spark = None
+    spark, waiting = None, ""
     start = time.monotonic()
 
     def observe() -> JobDetails | None:
-        nonlocal last, shown, spark
+        nonlocal last, shown, spark, waiting
         details = rest.job(job_id)
         if output is not None:
             output.pump()
@@ -89,6 +89,10 @@ def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float 
                 print(f"{stamp} {describe_restart(restart, details.restart_limit)}", file=out,
                       flush=True)
                 shown = restart.number
+        if details.waiting != waiting:  # why its slots wait, once they have for a while
+            waiting = details.waiting
+            if waiting:
+                print(f"{stamp} {waiting}", file=out, flush=True)
         line = describe(details)
         if line != last:
             print(f"{stamp} {line}", file=out, flush=True)

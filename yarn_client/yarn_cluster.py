@@ -419,6 +419,13 @@ def connect(app_id: str, conf: Configuration | None = None) -> RestClient:
                       relocate=relocate)
 
 
+def dashboard_token(app_id: str, conf: Configuration | None = None) -> str:
+    """The token the application's dashboard asks for to cancel a job
+    (ClusterSecurity.dashboard_token), from the client's files of the application."""
+    connect(app_id, conf)  # fetches the files when this machine has none
+    return ClusterSecurity.load(application_dir(app_id) / "security").dashboard_token()
+
+
 def job_store_of(app_id: str) -> str:
     """The application's folder of the job store, as `connect()` found it ("" for an
     application of a flinkyarn without job stores)."""

@@ -47,6 +47,14 @@ class SubtaskView(msgspec.Struct, frozen=True):
     start_time: float | None = None    # when it was deployed (seconds since the epoch)
     end_time: float | None = None      # when it reached a final state
     metrics: TaskIOMetrics | None = None  # as its TaskExecutor last reported them
+    failure_cause: str | None = None   # why this attempt failed
+
+
+class VertexInput(msgspec.Struct, frozen=True):
+    """An edge of the job graph, seen from its consumer."""
+
+    source: str        # the producing vertex's id
+    partitioner: str   # how the producer picks a consumer: forward, hash, rebalance, ...
 
 
 class VertexDetails(msgspec.Struct, frozen=True):
@@ -57,6 +65,7 @@ class VertexDetails(msgspec.Struct, frozen=True):
     state_counts: dict[str, int]
     subtasks: list[SubtaskView] = []
     metrics: TaskIOMetrics | None = None  # its subtasks' summed (rates: the busiest's)
+    inputs: list[VertexInput] = []
 
 
 class RestartView(msgspec.Struct, frozen=True):
@@ -133,6 +142,7 @@ class JobDetails(msgspec.Struct, frozen=True):
     spark_tracking_url: str | None = None  # ... and its tracking URL through YARN's proxy
     output_tail: str = ""                  # the last lines its tasks printed
     checkpoints: CheckpointView | None = None  # a job that takes checkpoints
+    waiting: str = ""  # why its slot requests wait, once they have waited a few seconds
 
 
 class OutputLine(msgspec.Struct, frozen=True):
@@ -166,6 +176,9 @@ class TaskExecutorView(msgspec.Struct, frozen=True):
     address: str
     slots: list[SlotView]
     metrics_address: str = ""  # its Prometheus endpoint, host:port ("": none)
+    container_id: str = ""     # its YARN container ("": not on YARN)
+    host: str = ""             # the node it runs on
+    log_url: str = ""          # its container's logs in the NodeManager's web UI ("": none)
 
 
 class TokenStatus(msgspec.Struct, frozen=True):

@@ -132,6 +132,16 @@ class ClusterSecurity:
         return cls(ca=read(CA_FILE), cert=read(CERT_FILE), key=read(KEY_FILE),
                    ca_key=ca_key.read_bytes() if ca_key.is_file() else None, directory=directory)
 
+    def dashboard_token(self) -> str:
+        """The session's token for the dashboard's one write, cancelling a job (yarn_am/
+        dashboard.py): derived from the authority's key, so the client that made the
+        cluster and the AppMaster know it and no TaskExecutor does. ValueError without
+        that key."""
+        if self.ca_key is None:
+            raise ValueError("the dashboard's token needs the cluster's authority key, "
+                             f"which is missing{f' in {self.directory}' if self.directory else ''}")
+        return hmac.new(self.ca_key, b"flinkyarn dashboard token", hashlib.sha256).hexdigest()[:32]
+
     @property
     def role(self) -> str | None:
         """The role in this process's certificate."""

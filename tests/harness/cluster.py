@@ -192,6 +192,7 @@ class InProcessDriver:
         self.requested: list[str] = []
         self.released: list[tuple[str, str]] = []
         self.waiting: dict[str, WorkerSpec] = {}  # requested, not started
+        self.explanation: str | None = None  # what explain_wait says of waiting workers
         self._handler: ResourceEventHandler | None = None
         self._spawn: Spawn | None = None
         self._released: set[str] = set()
@@ -234,6 +235,12 @@ class InProcessDriver:
 
     async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
         return None
+
+    def location(self, worker_id: str) -> None:
+        return None
+
+    async def explain_wait(self, worker_ids: list[str]) -> str | None:
+        return self.explanation if any(w in self.waiting for w in worker_ids) else None
 
     async def terminate(self) -> None:
         self._terminated = True

@@ -209,3 +209,19 @@ def numbered(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Lines holding numbers -> columns n and k = n mod 4."""
     n = pc.cast(batch.column("line"), pa.int64())
     return pa.record_batch([n, pc.bit_wise_and(n, 3)], names=["n", "k"])
+
+
+def split_words(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """examples/wordcount.py's split: the maximal runs of [a-z0-9] of the lower-cased line."""
+    words = pc.list_flatten(pc.split_pattern_regex(pc.utf8_lower(batch.column("line")),
+                                                  pattern="[^a-z0-9]+"))
+    return pa.record_batch([pc.filter(words, pc.not_equal(words, ""))], names=["word"])
+
+
+def wordcount(source: str, output: str) -> Pipeline:
+    """A word count without Spark: lines -> rebalance -> split words -> hash on word ->
+    count -> Parquet. Three vertices, two edges; "lines" emits one record per line."""
+    p = Pipeline("wordcount", parallelism=1)
+    p.read_text(source, name="lines").rebalance().flat_map(split_words, name="split words") \
+        .key_by("word").count(name="count words").write_parquet(output)
+    return p

@@ -147,3 +147,23 @@ def test_loading_needs_the_authority_and_a_key_pair(tmp_path):
     (tmp_path / "ca.pem").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="cert.pem, key.pem"):
         ClusterSecurity.load(tmp_path)
+
+
+def test_the_dashboard_token_is_the_clusters_own_and_only_its_authority_holders_know_it(
+        cluster, tmp_path):
+    from flinkyarn.rpc.security import APPMASTER_FILES
+
+    token = cluster.dashboard_token()
+    assert len(token) == 32 and token == ClusterSecurity.load(cluster.directory).dashboard_token()
+    # The AppMaster gets the authority's files (and so knows it); another cluster's differs.
+    appmaster_dir = tmp_path / "am-files"
+    appmaster_dir.mkdir()
+    for name in APPMASTER_FILES:
+        (appmaster_dir / name).write_bytes((cluster.directory / name).read_bytes())
+    assert ClusterSecurity.load(appmaster_dir).dashboard_token() == token
+    assert ClusterSecurity.generate(tmp_path / "other").dashboard_token() != token
+    # A TaskExecutor, or a process certificate, cannot make it.
+    with pytest.raises(ValueError, match="authority key"):
+        ClusterSecurity.load(cluster.directory / TASKEXECUTOR_DIR).dashboard_token()
+    with pytest.raises(ValueError, match="authority key"):
+        cluster.for_host("127.0.0.1", tmp_path / "process").dashboard_token()

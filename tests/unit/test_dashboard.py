@@ -12,10 +12,11 @@ import aiohttp
 import msgspec
 import pytest
 
-from flinkyarn.gateways import Ack
+from flinkyarn.gateways import ACK, Ack
 from flinkyarn.gateways.dispatcher import (ClusterOverview, JobDetails, JobOverview, JobQuery,
                                            SlotView, TaskExecutorView, VertexDetails)
-from yarn_am.dashboard import Dashboard, _duration
+from yarn_am.dashboard import Dashboard
+from yarn_am.pages import duration as _duration
 from yarn_am.dispatcher import UnknownJob
 
 T0 = 1_700_000_000.0
@@ -53,6 +54,13 @@ class FakeDispatcher:
                 return details
         raise UnknownJob(f"no job {request.job_id} in this cluster")
 
+    cancelled: list[str] = []
+
+    async def cancel_job(self, request: JobQuery) -> Ack:
+        await self.job_details(request)
+        self.cancelled = [*self.cancelled, request.job_id]
+        return ACK
+
 
 def two_jobs() -> FakeDispatcher:
     return FakeDispatcher(
@@ -63,8 +71,9 @@ def two_jobs() -> FakeDispatcher:
              vertices=[vertex("split", 2, "RUNNING", RUNNING=2), vertex("count", 1, "CREATED", CREATED=1)])])
 
 
-def serve(dispatcher, *requests: tuple[str, str], **kwargs) -> list[tuple[int, dict, bytes]]:
-    """Starts a Dashboard, makes the requests (method, path relative to its URL), stops it."""
+def serve(dispatcher, *requests: tuple, **kwargs) -> list[tuple[int, dict, bytes]]:
+    """Starts a Dashboard, makes the requests (method, path relative to its URL[,
+    body]), stops it."""
     async def run():
         dashboard = Dashboard(dispatcher, "127.0.0.1", **kwargs)
         url = await dashboard.start()
@@ -72,8 +81,9 @@ def serve(dispatcher, *requests: tuple[str, str], **kwargs) -> list[tuple[int, d
         try:
             async with aiohttp.ClientSession() as session:
                 answers = []
-                for method, path in requests:
-                    async with session.request(method, url + path) as response:
+                for method, path, *body in requests:
+                    async with session.request(method, url + path,
+                                               data=body[0] if body else None) as response:
                         answers.append((response.status, dict(response.headers), await response.read()))
                 return answers
         finally:
@@ -104,13 +114,14 @@ def test_api_overview_is_the_cluster_overview_with_each_jobs_details_newest_firs
         "end_time": T0 + 75, "failure_cause": "ValueError: bad row 7\n  at line 3",
         "vertices": [{"vertex_id": "v-read", "name": "read", "parallelism": 2, "state": "FAILED",
                       "state_counts": {"FAILED": 1, "CANCELED": 1}, "subtasks": [],
-                      "metrics": None}],
+                      "metrics": None, "inputs": []}],
         "restarts": 0, "root_cause": None, "restart_history": [], "restart_limit": None,
         "spark_application": None, "spark_tracking_url": None, "output_tail": "",
-        "checkpoints": None}
+        "checkpoints": None, "waiting": ""}
     assert overview["task_executors"] == [{"resource_id": "te-1", "address": "127.0.0.1:4242", "slots": [
         {"index": 0, "state": "allocated", "job_id": "j-run"},
-        {"index": 1, "state": "free", "job_id": None}], "metrics_address": ""}]
+        {"index": 1, "state": "free", "job_id": None}], "metrics_address": "", "container_id": "",
+        "host": "", "log_url": ""}]
 
 
 def test_page_lists_jobs_with_status_times_vertices_and_failure_cause():
@@ -133,7 +144,8 @@ def test_page_lists_jobs_with_status_times_vertices_and_failure_cause():
 def test_page_shows_each_task_executor_with_free_and_allocated_slots():
     html = page(two_jobs())
 
-    row = re.search(r"<tr><td><code>te-1</code></td>(.*?)</tr>", html, re.S).group(1)
+    row = re.search(r'<tr class="executor" id="te-te-1"><td><code>te-1</code></td>(.*?)</tr>',
+                    html, re.S).group(1)
     assert "127.0.0.1:4242" in row
     assert re.search(r'class="slot slot-allocated" title="job j-run">0: allocated → wordcount', row)
     assert 'class="slot slot-free">1: free</span>' in row
@@ -152,8 +164,9 @@ def test_everything_users_named_is_escaped():
     html = page(fake, title=evil, mode=evil)
 
     assert "<img" not in html and 'onerror="' not in html
-    # <title>, header, mode, job row, slot, the cause's summary and text, the vertex
-    assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;") == 8
+    # <title>, header, mode, job row, slot, the cause's summary and text, the vertex's
+    # row, its box's id and title in the graph, the exception's summary and text
+    assert html.count("&lt;img src=x onerror=&#34;alert(1)&#34;&gt;&amp;") == 12
 
 
 def test_page_refers_to_nothing_by_absolute_path():
@@ -251,3 +264,131 @@ def test_a_streaming_job_shows_its_checkpoints():
     assert ('id="checkpoints-j-st">checkpoints: 7 completed, 1 failed, 1 in progress; last #8 '
             '(125 ms, 2048 bytes, aligned in 12 ms); restored from #5; last failure: checkpoint 3: it expired '
             '&lt;late&gt;</p>') in html
+
+
+# ---- the job graph, subtasks, exceptions, restarts --------------------------------------
+
+def diamond() -> JobDetails:
+    """source -> split (hash) -> count, and source -> count (broadcast); count backpressured."""
+    from flinkyarn.gateways.dispatcher import RestartView, SubtaskView, VertexInput
+    from flinkyarn.metrics import TaskIOMetrics
+
+    source = VertexDetails("v-src", "source", 1, "FINISHED", {"FINISHED": 1},
+                           metrics=TaskIOMetrics(records_out=40, backpressured_ms_per_second=20))
+    split = VertexDetails(
+        "v-split", "split", 2, "RUNNING", {"RUNNING": 2},
+        [SubtaskView(0, "RUNNING", 1, "te-1", T0 + 5, None,
+                     TaskIOMetrics(records_in=21, records_out=30, busy_ms_per_second=500,
+                                   duration=2.0)),
+         SubtaskView(1, "RUNNING", 0, "te-gone", T0 + 6, None, None)],
+        TaskIOMetrics(records_in=40, backpressured_ms_per_second=300),
+        [VertexInput("v-src", "hash (word)")])
+    count = VertexDetails("v-count", "count", 1, "RUNNING", {"RUNNING": 1},
+                          metrics=TaskIOMetrics(backpressured_ms_per_second=700),
+                          inputs=[VertexInput("v-split", "forward"),
+                                  VertexInput("v-src", "broadcast")])
+    restart = RestartView(1, T0 + 30, "split (1/2) failed: OSError: disk full\n  at write",
+                          "split (1/2)", ["split (1/2)"])
+    return JobDetails("j-d", "diamond", "RUNNING", T0, None, None, [source, split, count],
+                      restarts=1, root_cause=restart.cause, restart_history=[restart])
+
+
+def test_the_job_graph_is_drawn_with_its_vertices_edges_partitioners_and_backpressure():
+    html = page(FakeDispatcher([], [diamond()]), )
+    svg = re.search(r'<svg class="job-graph" id="graph-j-d".*?</svg>', html, re.S).group(0)
+
+    boxes = dict(re.findall(r'<g class="vertex (bp-\w+)" data-vertex="(v-\w+)">', svg)[i][::-1]
+                 for i in range(3))
+    assert boxes == {"v-src": "bp-ok", "v-split": "bp-mid", "v-count": "bp-high"}
+    xs = {v: int(x) for v, x in re.findall(r'data-vertex="(v-\w+)"><title>[^<]*</title><rect x="(\d+)"', svg)}
+    assert xs["v-src"] < xs["v-split"] < xs["v-count"]  # sources left, by longest path
+    edges = re.findall(r'<path class="edge" data-source="(v-\w+)" data-target="(v-\w+)"', svg)
+    assert sorted(edges) == [("v-split", "v-count"), ("v-src", "v-count"), ("v-src", "v-split")]
+    labels = re.findall(r'<text class="edge-label"[^>]*>([^<]*)</text>', svg)
+    assert sorted(labels) == ["broadcast", "forward", "hash (word)"]
+    assert "parallelism 2 · RUNNING" in svg and "backpressured 70%" in svg
+
+
+def test_subtasks_link_their_task_executors_log_and_show_their_metrics():
+    te = TaskExecutorView("te-1", "10.0.0.7:4242", [], container_id="container_1_0001_01_000002",
+                          host="node7", log_url="http://node7:8042/node/containerlogs/"
+                                                "container_1_0001_01_000002/alice")
+    html = page(FakeDispatcher([te], [diamond()]))
+
+    table = re.search(r'id="subtasks-j-d-v-split">.*?</details>', html, re.S).group(0)
+    rows = re.findall(r'<tr class="subtask">(.*?)</tr>', table, re.S)
+    assert len(rows) == 2
+    assert ('<a class="log" href="http://node7:8042/node/containerlogs/container_1_0001_01_000002/'
+            'alice"><code>te-1</code></a></td><td>node7</td>') in rows[0]
+    # 30 records out in 2 s; busy half of each second.
+    assert '<td class="records-in">21</td>' in rows[0] and "<td>15</td><td>50%</td>" in rows[0]
+    assert "<code>te-gone</code>" in rows[1] and "no metrics yet" in rows[1]
+    executor_row = re.search(r'<tr class="executor" id="te-te-1">(.*?)</tr>', html, re.S).group(1)
+    assert "<code>container_1_0001_01_000002</code></td><td>node7</td>" in executor_row
+    assert 'class="log" href="http://node7:8042/' in executor_row
+
+
+def test_exceptions_name_the_task_and_mark_the_root_cause_and_restarts_sit_on_a_timeline():
+    import msgspec
+
+    failed = msgspec.structs.replace(
+        diamond(), status="FAILED", end_time=T0 + 60,
+        failure_cause="split (2/2) failed: ValueError: bad row 9",
+        root_cause="split (2/2) failed: ValueError: bad row 9")
+    html = page(FakeDispatcher([], [failed]))
+
+    rows = re.findall(r'<tr class="exception"><td>([^<]*)</td><td class="task">([^<]*)</td>'
+                      r'<td><details><summary>(.*?)</summary>', html, re.S)
+    assert rows == [("2023-11-14 22:14:20", "split (2/2)",
+                     "split (2/2) failed: ValueError: bad row 9 <strong>(root cause)</strong>"),
+                    ("2023-11-14 22:13:50", "split (1/2)", "split (1/2) failed: OSError: disk full")]
+    timeline = re.search(r'<svg class="timeline".*?</svg>', html, re.S).group(0)
+    # Restart at 30 s of 60: the middle of the line from 10 to 630.
+    assert re.search(r'<circle class="restart" cx="320"', timeline)
+    assert "restart #1 at 2023-11-14 22:13:50 UTC after split (1/2) failed" in timeline
+
+
+# ---- cancelling from the dashboard -------------------------------------------------------
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+TOKEN_BODY = b'{"token": "0123456789abcdef0123456789abcdef"}'
+
+
+def test_cancel_needs_the_sessions_token_and_changes_nothing_without_it():
+    fake = two_jobs()
+    answers = serve(fake, ("PUT", "api/jobs/j-run/cancel", b"{}"),
+                    ("PUT", "api/jobs/j-run/cancel", b'{"token": "guess"}'),
+                    ("PUT", "api/jobs/j-run/cancel", b"token=" + TOKEN.encode()),
+                    ("PUT", "api/jobs/nobody/cancel", TOKEN_BODY),
+                    ("POST", "api/jobs/j-run/cancel", TOKEN_BODY),
+                    ("PUT", "api/overview", TOKEN_BODY),
+                    ("GET", ""),
+                    ("PUT", "api/jobs/j-run/cancel", TOKEN_BODY),
+                    cancel_token=TOKEN)
+    statuses = [status for status, _, _ in answers]
+    assert statuses == [403, 403, 400, 404, 405, 405, 200, 202]
+    assert b"flinkyarn session token" in answers[0][2]
+    assert b"no job nobody" in answers[3][2]
+    assert fake.cancelled == ["j-run"]
+    html = answers[6][2].decode()
+    # A button on the running job only.
+    assert re.findall(r'<button class="cancel" type="button" data-job="([\w-]+)"', html) == ["j-run"]
+
+
+def test_without_a_token_nobody_can_cancel_and_no_button_is_shown():
+    fake = two_jobs()
+    [(status, _, _), (_, _, body)] = serve(
+        fake, ("PUT", "api/jobs/j-run/cancel", TOKEN_BODY), ("GET", ""))
+    assert status == 405 and fake.cancelled == []
+    assert b'class="cancel"' not in body
+
+
+def test_a_waiting_job_says_why():
+    import msgspec
+
+    waiting = msgspec.structs.replace(
+        job("j-w", "waits", "RUNNING"), waiting="waiting for 2 container(s) of 1024 MB: queue "
+                                               "'etl' is at its limit (8192 of 8192 MB used)")
+    html = page(FakeDispatcher([], [waiting]))
+    assert ('<p class="waiting" id="waiting-j-w">waiting for 2 container(s) of 1024 MB: queue '
+            '&#39;etl&#39; is at its limit (8192 of 8192 MB used)</p>') in html

@@ -160,6 +160,12 @@ class FakeDriver:
     async def max_workers(self, spec: WorkerSpec):
         return None
 
+    def location(self, worker_id: str) -> None:
+        return None
+
+    async def explain_wait(self, worker_ids: list[str]) -> None:
+        return None
+
     async def terminate(self) -> None:
         pass
 

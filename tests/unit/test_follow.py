@@ -51,3 +51,20 @@ def test_a_capped_history_and_an_unbounded_strategy():
     printed = [line for line in out.getvalue().splitlines() if "restart (" in line]
     assert len(printed) == 2
     assert "restart (attempt 6): sum (1/2) failed: failure 6" in printed[1]
+
+
+def test_why_the_job_waits_is_printed_when_it_starts_and_when_it_changes():
+    import msgspec
+
+    full = "waiting for 1 container(s) of 1024 MB: queue 'etl' is at its limit (8192 of 8192 MB used)"
+    busy = "waiting for 1 TaskExecutor(s) to start in their containers"
+
+    def waiting(reason: str) -> JobDetails:
+        return msgspec.structs.replace(details("RUNNING", []), waiting=reason)
+
+    out = io.StringIO()
+    follow(Replay(waiting(""), waiting(full), waiting(full), waiting(busy), waiting(""),
+                  details("FINISHED", [])), "j" * 32, out, poll=0)
+    said = [line.split("] job jjjjjjjj ", 1)[1] for line in out.getvalue().splitlines()
+            if "waiting for" in line]
+    assert said == [full, busy]

@@ -39,6 +39,12 @@ class IdleDriver:
     async def max_workers(self, spec):
         return None
 
+    def location(self, worker_id):
+        return None
+
+    async def explain_wait(self, worker_ids):
+        return None
+
     async def terminate(self) -> None:
         pass
 

@@ -3,6 +3,9 @@ admins see them (the CLI, the ResourceManager's REST API, the YARN web proxy).""
 
 from __future__ import annotations
 
+import contextlib
+import html
+import re
 import socket
 import subprocess
 import sys
@@ -12,8 +15,10 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
+import requests
 
 import local_hadoop
+from flinkyarn import hadoop
 from flinkyarn.configuration import Configuration
 from flinkyarn.connectors.filesystems import resolve
 from flinkyarn.hadoop import site_properties
@@ -32,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 TAG = f"flinkyarn-test-{uuid.uuid4().hex[:8]}"
 FAST = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s"]
+LINES = 300
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -129,6 +135,34 @@ def dashboard_target(app_id: str) -> str:
     use_flinkyarn_jar()
     with skein.Client(log=False) as client:
         return client.connect(app_id).ui.get_pages()["flinkyarn"].target
+
+
+WAITS_FOR_YARN = re.compile(r"waiting for 1 container\(s\) of \d+ MB: (queue 'default' is at its "
+                            r"limit \(\d+ of \d+ MB used\)|no node has \d+ MB free .*)")
+
+
+def fill_the_cluster() -> str:
+    """Starts another YARN application whose containers take all the memory the cluster
+    has left (or more: the rest of its requests wait); returns its id once they do."""
+    import skein
+
+    from yarn_client.skein_jar import use_flinkyarn_jar
+
+    use_flinkyarn_jar()
+    size = 1024
+    spec = skein.ApplicationSpec(
+        name="fills the cluster", queue="default", tags=[TAG],
+        master=skein.Master(resources=skein.Resources(memory=256, vcores=1)),
+        services={"sleep": skein.Service(instances=16, resources=skein.Resources(memory=size, vcores=1),
+                                         script="sleep 600")})
+    with skein.Client(log=False) as client:
+        app_id = client.submit(spec)
+
+    def full() -> bool:
+        nodes = hadoop.rm_request("/ws/v1/cluster/nodes?states=RUNNING")["nodes"]["node"]
+        return all(node["availMemoryMB"] < size for node in nodes)
+    wait_for(full, 120, "the other application's containers")
+    return app_id
 
 
 def waiting_job(name: str, folder: str, parallelism: int):
@@ -229,43 +263,114 @@ def test_session_runs_four_jobs_two_at_once_releases_idle_containers_stops_and_i
         server.wait(10)
 
 
-def test_tracking_url_leads_through_the_proxy_to_the_dashboard(shared_folder):
+def test_tracking_url_leads_through_the_proxy_to_the_dashboard(shared_folder, tmp_path):
+    """What an admin sees through the YARN web proxy, in a browser: a finished wordcount's
+    graph and record counts, a running job, the TaskExecutors with links to their
+    containers' logs; and what the session's owner may do there: cancel a job."""
     conf = Configuration.load(overrides={"heartbeat.interval": "1 s", "heartbeat.timeout": "10 s"})
     deployment = YarnClusterDescriptor(conf, YarnOptions(tags=(TAG,), name="dashboard test")) \
         .deploy("session")
+    rest, app_id = deployment.rest, deployment.app_id
+    shots: list[tuple[str, Path]] = []  # what to take a screenshot of if the test fails
     try:
-        job_id = deployment.rest.submit(waiting_job("shown on the dashboard", shared_folder, 1))
-        wait_for(lambda: deployment.rest.job(job_id).vertices[0].state_counts.get("RUNNING") == 1,
+        source = jobs.join(shared_folder, "lines.txt")
+        jobs.write_text(source, "".join(f"the quick fox {i % 13} jumps\n" for i in range(LINES)))
+        counted = rest.submit(jobs.wordcount(source, jobs.join(shared_folder, "counts")).job_graph())
+        wait_for(lambda: rest.job(counted).status == "FINISHED", 180, "the wordcount")
+        job_id = rest.submit(waiting_job("shown on the dashboard", shared_folder, 1))
+        wait_for(lambda: rest.job(job_id).vertices[0].state_counts.get("RUNNING") == 1,
                  120, "the task running in a TaskExecutor container")
-        tracking = yarn_cluster.application_report(deployment.app_id)["trackingUrl"]
+        tracking = yarn_cluster.application_report(app_id)["trackingUrl"]
         assert "/proxy/" in tracking
+        dashboard = tracking.rstrip("/") + "/pages/flinkyarn/"
+        shots.append((dashboard, tmp_path / "dashboard.png"))
 
         overview = browser.dump_dom(tracking)
         assert "flinkyarn dashboard" in overview
-        page = browser.dump_dom(tracking.rstrip("/") + "/pages/flinkyarn/", wait_ms=4000)
+        page = browser.dump_dom(dashboard, wait_ms=4000)
         assert "shown on the dashboard" in page and "RUNNING" in page
-        assert "taskexecutor-" in page
+        # The wordcount's graph: as many boxes and arrows as its job graph has vertices
+        # and edges, with their partitioners; its source emitted one record per line.
+        wordcount = rest.job(counted)
+        graph = re.search(rf'<svg class="job-graph" id="graph-{counted}".*?</svg>', page, re.S)
+        assert graph, page[-3000:]
+        assert graph.group(0).count('<g class="vertex') == len(wordcount.vertices) == 3
+        assert graph.group(0).count('<path class="edge"') == \
+            sum(len(v.inputs) for v in wordcount.vertices) == 2
+        assert ">rebalance</text>" in graph.group(0) and ">hash (word)</text>" in graph.group(0)
+        lines_row = re.search(r'<tr class="vertex"><td>Source: lines</td>.*?</tr>', page, re.S).group(0)
+        assert f'<td class="records-out">{LINES}</td>' in lines_row
+        # Each TaskExecutor with its container, its node and a link to its container's
+        # logs in the NodeManager's web UI, where its own log lines are.
+        [executor] = [te for te in rest.overview().task_executors
+                      if any(s.job_id == job_id for s in te.slots)]
+        assert executor.container_id.startswith("container_") and executor.log_url
+        row = re.search(rf'<tr class="executor" id="te-{executor.resource_id}">.*?</tr>',
+                        page, re.S).group(0)
+        assert f"<code>{executor.container_id}</code>" in row and executor.host in row
+        link = re.search(r'<a class="log" href="([^"]+)">logs</a>', row).group(1)
+        assert link == html.escape(executor.log_url), (link, executor.log_url)
+        shots.append((executor.log_url, tmp_path / "container-logs.png"))
+        logs_page = browser.dump_dom(executor.log_url)
+        assert f"TaskExecutor {executor.resource_id} serving on" in logs_page, logs_page[-2000:]
+
+        # Another application takes the rest of the cluster: a job that needs one more
+        # TaskExecutor waits, and within 10 s it is told why, in the job's details and
+        # `flinkyarn list`. It runs once the other application ends.
+        filler = fill_the_cluster()
+        try:
+            behind_folder = jobs.join(shared_folder, "behind")
+            jobs.make_folder(behind_folder)
+            # One subtask takes the free slot, the other needs a new container.
+            behind_id = rest.submit(waiting_job("behind another application", behind_folder, 2))
+            wait_for(lambda: WAITS_FOR_YARN.fullmatch(rest.job(behind_id).waiting), 10,
+                     "the reason the job waits")
+            listed = flinkyarn("list", app_id)
+            assert f"{behind_id}  RUNNING" in listed.stdout, listed.stdout
+            assert any(WAITS_FOR_YARN.fullmatch(line.strip()) for line in listed.stdout.splitlines())
+        finally:
+            yarn_cluster.kill(filler)
+        wait_for(lambda: len(jobs.markers(behind_folder, "started")) == 2, 120,
+                 "the job behind running in full")
+        assert rest.job(behind_id).waiting == ""
+        jobs.go(behind_folder)
+        wait_for(lambda: rest.job(behind_id).status == "FINISHED", 60, "the job behind")
+
+        # Cancel from the dashboard, through the proxy: refused without the session's
+        # token (and nothing happens), done with it.
+        cancel = f"{dashboard}api/jobs/{job_id}/cancel"
+        # A PUT, as the page's button makes it: YARN's proxy forwards only GET and PUT.
+        refused = requests.put(cancel, json={"token": "guess"}, timeout=30)
+        assert refused.status_code == 403 and "flinkyarn session token" in refused.json()["error"]
+        assert rest.job(job_id).status == "RUNNING"
+        token = flinkyarn("session", "token", app_id)
+        assert token.returncode == 0, token.stderr
+        done = requests.put(cancel, json={"token": token.stdout.strip()}, timeout=30)
+        assert done.status_code == 202, done.text
+        wait_for(lambda: rest.job(job_id).status == "CANCELED", 60, "the job canceled")
+        assert jobs.markers(shared_folder, "stopped") == {"shown on the dashboard-0-0"}
+        shots.clear()
+
         # Clients are given that proxied address; the page itself is on the AppMaster's
         # loopback under a secret path, not on its node's address.
         assert deployment.dashboard_url.startswith(tracking.rstrip("/") + "/pages/flinkyarn")
-        target = urllib.parse.urlsplit(dashboard_target(deployment.app_id))
+        target = urllib.parse.urlsplit(dashboard_target(app_id))
         assert target.hostname == "127.0.0.1" and len(target.path.strip("/")) == 32
-        node = yarn_cluster.application_report(deployment.app_id)["amHostHttpAddress"]
+        node = yarn_cluster.application_report(app_id)["amHostHttpAddress"]
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((node.split(":")[0], target.port), timeout=5).close()
 
-        # What an operator does from the shell: list, cancel, read the logs.
-        listed = flinkyarn("list", deployment.app_id)
-        assert listed.returncode == 0 and f"{job_id}  RUNNING" in listed.stdout
-        cancelled = flinkyarn("cancel", deployment.app_id, job_id)
-        assert cancelled.returncode == 0, cancelled.stderr
-        wait_for(lambda: deployment.rest.job(job_id).status == "CANCELED", 60, "the job canceled")
-        assert jobs.markers(shared_folder, "stopped") == {"shown on the dashboard-0-0"}
-        logs = flinkyarn("logs", deployment.app_id, "--job", job_id)
+        # What an operator does from the shell: list and read the logs.
+        listed = flinkyarn("list", app_id)
+        assert listed.returncode == 0 and f"{job_id}  CANCELED" in listed.stdout, listed.stdout
+        logs = flinkyarn("logs", app_id, "--job", job_id)
         assert logs.returncode == 0, logs.stderr
         assert f"job {job_id} CANCELED" in logs.stdout
     finally:
-        flinkyarn("session", "stop", deployment.app_id)
+        for url, path in shots:
+            with contextlib.suppress(Exception):  # the failure itself is what pytest shows
+                print(f"screenshot of {url}: {browser.screenshot(url, path)}")
+        flinkyarn("session", "stop", app_id)
 
 
 def test_detached_per_job_returns_at_once_and_the_job_runs_to_the_end():

@@ -22,11 +22,21 @@ Threading contract:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Protocol
 
 from yarn_am.resourcemanager.slot_manager import WorkerSpec
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
+
+
+@dataclass(frozen=True)
+class WorkerLocation:
+    """Where a worker runs, as its platform names it, for people: the dashboard."""
+
+    container_id: str = ""  # YARN's container id
+    host: str = ""          # the node
+    log_url: str = ""       # its logs in the platform's web UI
 
 
 class ResourceEventHandler(Protocol):
@@ -54,6 +64,16 @@ class ResourceManagerDriver(Protocol):
     async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
         """The most workers of `spec` the platform could ever hold at once, and what bounds
         it (e.g. a YARN queue's maximum); None when it sets no bound or does not say."""
+        ...
+
+    async def explain_wait(self, worker_ids: list[str]) -> str | None:
+        """Why the workers `worker_ids` (requested, not registered) do not run a
+        TaskExecutor yet, as the platform tells ("waiting for 2 containers of 1024 MB:
+        queue 'etl' is at its limit (8192 of 8192 MB used)"); None if it does not say."""
+        ...
+
+    def location(self, worker_id: str) -> WorkerLocation | None:
+        """Where the worker runs, once its process does; None before, or if unknown."""
         ...
 
     async def terminate(self) -> None:

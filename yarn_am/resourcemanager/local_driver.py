@@ -15,12 +15,13 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
 from flinkyarn.configuration import format_memory
 from flinkyarn.ids import new_id
-from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn
+from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn, WorkerLocation
 from yarn_am.resourcemanager.slot_manager import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,16 @@ class LocalProcessDriver:
         except asyncio.TimeoutError:
             process.kill()
             await process.wait()
+
+    async def explain_wait(self, worker_ids: list[str]) -> str | None:
+        starting = [w for w in worker_ids if w in self._processes]
+        return f"waiting for {len(starting)} TaskExecutor process(es) to start" if starting \
+            else None
+
+    def location(self, worker_id: str) -> WorkerLocation | None:
+        """Local processes run on this host; their logs are files of the work folder,
+        which no web page can link."""
+        return WorkerLocation(host=socket.gethostname()) if worker_id in self._processes else None
 
     async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
         return None  # resourcemanager.max-taskmanagers is the bound

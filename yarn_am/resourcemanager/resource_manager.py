@@ -46,7 +46,7 @@ from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import RpcError
 from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
-from yarn_am.resourcemanager.driver import ResourceManagerDriver
+from yarn_am.resourcemanager.driver import ResourceManagerDriver, WorkerLocation
 from yarn_am.resourcemanager.slot_manager import (AllocateSlot, FailSlotRequest, ReleaseWorker,
                                                   RequestWorker, SlotManager, SlotRequest,
                                                   TaskManagerSlotInfo, WorkerSpec)
@@ -94,6 +94,11 @@ class JobMasterRecord:
     gateway: JobMasterGateway
 
 
+WAIT_EXPLAINED_AFTER = 3.0
+"""Seconds a slot request waits before the ResourceManager says why (and how often it
+asks its driver again)."""
+
+
 class ResourceManager(RpcEndpoint):
     def __init__(self, rpc: RpcService, config: ResourceManagerConfig,
                  driver: ResourceManagerDriver, clock: Clock | None = None,
@@ -110,6 +115,9 @@ class ResourceManager(RpcEndpoint):
         self.job_masters: dict[JobID, JobMasterRecord] = {}
         # Workers requested from the driver and not yet terminated; True once registered.
         self.workers: dict[str, bool] = {}
+        # Why the pending workers do not run yet, as the driver last said ("": nothing to say).
+        self._containers_wait = ""
+        self._explaining: float | None = None  # when the driver was last asked
         self.delegation_tokens = b""  # the AppMaster's newest, for every TaskExecutor
         # Set by the AppMaster where it obtains tokens from a keytab: a new set, for `purpose`.
         self.obtain_application_tokens: Callable[[str], Awaitable[bytes]] | None = None
@@ -167,7 +175,47 @@ class ResourceManager(RpcEndpoint):
     def _housekeeping(self) -> None:
         self._te_heartbeats.check_timeouts()
         self._jm_heartbeats.check_timeouts()
-        self._execute(self.slot_manager.check_timeouts(self._clock.monotonic()))
+        now = self._clock.monotonic()
+        self._execute(self.slot_manager.check_timeouts(now))
+        self._ask_why_workers_wait(now)
+
+    # ------------------------------------------------------------- why jobs wait
+
+    def wait_reason(self, job_id: JobID) -> str:
+        """Why the job's slot requests are not served, once the oldest has waited
+        WAIT_EXPLAINED_AFTER: its TaskExecutors' containers wait (the driver's reason), or
+        no more TaskExecutors may start. "" when it waits for nothing, or not for long."""
+        since = self.slot_manager.waiting_since(job_id)
+        if since is None or self._clock.monotonic() - since < WAIT_EXPLAINED_AFTER:
+            return ""
+        pending = self.slot_manager.pending_worker_count()
+        if pending:
+            return self._containers_wait or f"waiting for {pending} TaskExecutor(s) to start"
+        return (f"waiting for a free slot: all {self.slot_manager.registered_slot_count()} "
+                f"are taken and no more TaskExecutors may start "
+                f"({options.MAX_TASK_MANAGERS.key} = {self.config.max_workers})")
+
+    def _ask_why_workers_wait(self, now: float) -> None:
+        """Asks the driver why workers wait, every WAIT_EXPLAINED_AFTER while any has
+        waited that long (one question at a time)."""
+        pending = [worker for worker, registered in self.workers.items() if not registered]
+        if not pending or self.slot_manager.pending_request_count() == 0:
+            self._containers_wait = ""
+            return
+        if self._explaining is not None and now - self._explaining < WAIT_EXPLAINED_AFTER:
+            return
+        self._explaining = now
+
+        async def ask() -> None:
+            try:
+                reason = await self.driver.explain_wait(pending) or ""
+            except Exception as error:  # noqa: BLE001  only an explanation: never fatal
+                log.warning("the driver could not say why workers wait: %s", error)
+                return
+            if reason and reason != self._containers_wait:
+                log.info("%s", reason)
+            self._containers_wait = reason
+        self.spawn(ask(), "why-workers-wait")
 
     # ------------------------------------------------------------- TaskExecutors
 
@@ -412,6 +460,13 @@ class ResourceManager(RpcEndpoint):
 
     def task_executor_overview(self) -> list[tuple[TaskExecutorRecord, list[TaskManagerSlotInfo]]]:
         return [(record, self.slot_manager.slots_of(rid)) for rid, record in self.task_executors.items()]
+
+    def worker_location(self, record: TaskExecutorRecord) -> tuple[str, str, str]:
+        """A registered TaskExecutor's container id, host and log page ("" when unknown;
+        the host then from the address it registered with)."""
+        where = self.driver.location(record.resource_id) or WorkerLocation()
+        return (where.container_id, where.host or record.address.rpartition(":")[0],
+                where.log_url)
 
 
 def _conforms_to_gateway(endpoint: ResourceManager) -> ResourceManagerGateway:

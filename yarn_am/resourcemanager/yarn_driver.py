@@ -25,7 +25,9 @@ The threading contract of driver.py holds: every handler call happens on the loo
 from __future__ import annotations
 
 import asyncio
+import getpass
 import logging
+import os
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
@@ -35,7 +37,7 @@ import skein
 from flinkyarn import hadoop, runtime_check
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.ids import new_id
-from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn
+from yarn_am.resourcemanager.driver import ResourceEventHandler, Spawn, WorkerLocation
 from yarn_am.resourcemanager.slot_manager import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -76,8 +78,37 @@ class _Worker:
     released: bool = False
     state: str = "REQUESTING"
     ended: bool = False
-    log_url: str | None = None
+    location: WorkerLocation | None = None
     history: list[str] = field(default_factory=list)
+
+
+def why_containers_wait(size: int, queue_name: str, queue: dict, nodes: list[dict]) -> str:
+    """Why YARN gives no container of `size` MB, from the application's leaf queue (the
+    scheduler's REST view) and the running nodes: the queue at its limit, no node with
+    room, or neither (the scheduler has not got to it)."""
+    used = (queue.get("resourcesUsed") or {}).get("memory", 0)
+    most = (queue.get("maxEffectiveCapacity") or {}).get("memory")
+    usage = f"{used} of {most} MB used" if most else f"{used} MB used"
+    if most and used + size > most:
+        return f"queue {queue_name!r} is at its limit ({usage})"
+    free = sorted((n.get("availMemoryMB", 0), n.get("nodeHostName", "?")) for n in nodes)
+    if not free:
+        return "no NodeManager is running"
+    if free[-1][0] < size:
+        return f"no node has {size} MB free (the most: {free[-1][0]} MB on {free[-1][1]})"
+    return f"YARN has not allocated them yet (queue {queue_name!r}: {usage})"
+
+
+def _location(container) -> WorkerLocation:
+    """A running container's id, node and the page of its TaskExecutor's log (skein
+    names a service's output `<service>.log`) in its NodeManager's web UI, where YARN's
+    own UI leads to a running container's logs; whole, from its first line."""
+    node = container.yarn_node_http_address or ""
+    cid = container.yarn_container_id or ""
+    user = os.environ.get("USER") or getpass.getuser()  # YARN sets it to the app's user
+    log_url = (f"http://{node}/node/containerlogs/{cid}/{user}/{SERVICE}.log/?start=0"
+               if node and cid else "")
+    return WorkerLocation(cid, node.rpartition(":")[0] or node, log_url)
 
 
 class YarnDriver:
@@ -143,6 +174,29 @@ class YarnDriver:
                        f"{most['vCores']} vcores: the AppMaster's container and {count} "
                        f"TaskExecutor containers of {worker.memory} MiB and {worker.vcores} vcores")
 
+    async def explain_wait(self, worker_ids: list[str]) -> str | None:
+        waiting = [w for w in map(self._workers.get, worker_ids) if w is not None and not w.ended]
+        if not waiting:
+            return None
+        unallocated = [w for w in waiting if w.state != "RUNNING"]
+        if not unallocated:
+            return f"waiting for {len(waiting)} TaskExecutor(s) to start in their containers"
+        try:
+            app_spec = await asyncio.to_thread(self._app.get_specification)
+            scheduler = (await asyncio.to_thread(hadoop.rm_request, "/ws/v1/cluster/scheduler")
+                         )["scheduler"]["schedulerInfo"]
+            nodes = (await asyncio.to_thread(hadoop.rm_request,
+                                             "/ws/v1/cluster/nodes?states=RUNNING"))["nodes"]
+        except (OSError, ValueError, KeyError, TypeError, hadoop.HadoopConfigError,
+                skein.exceptions.SkeinError) as error:
+            log.warning("cannot ask YARN why containers wait: %s", error)
+            return None
+        size = app_spec.services[SERVICE].resources.memory
+        return (f"waiting for {len(unallocated)} container(s) of {size} MB: "
+                + why_containers_wait(size, app_spec.queue,
+                                      hadoop.leaf_queues(scheduler).get(app_spec.queue) or {},
+                                      (nodes or {}).get("node") or []))
+
     def request_worker(self, spec: WorkerSpec) -> str:
         self._count += 1
         worker = _Worker(f"taskexecutor-{self._count}-{new_id()[:8]}")
@@ -195,7 +249,7 @@ class YarnDriver:
                 if state != worker.state:
                     worker.state = state
                     if state == "RUNNING":
-                        worker.log_url = container.yarn_node_http_address
+                        worker.location = _location(container)
                         self._handler.on_worker_started(worker.worker_id)
                 if state in _ENDED:
                     message = (container.exit_message or "").strip().splitlines()
@@ -228,6 +282,10 @@ class YarnDriver:
     def container_of(self, worker_id: str) -> str | None:
         worker = self._workers.get(worker_id)
         return worker.container_id if worker else None
+
+    def location(self, worker_id: str) -> WorkerLocation | None:
+        worker = self._workers.get(worker_id)
+        return worker.location if worker else None
 
     async def terminate(self) -> None:
         self._terminated = True
