@@ -111,3 +111,17 @@ class TaskIO:
             round(busy_rate, 1), round(backpressured_rate, 1), round(idle_rate, 1),
             self.input_fill() if running else 0.0, self.output_fill() if running else 0.0,
             round(now - self.started, 3))
+
+
+class UncountedTaskIO(TaskIO):
+    """A TaskIO that counts nothing and reads no clock (metrics.task-io: false): what
+    counting costs is measured against it (bench/metrics_cost.py)."""
+
+    def now(self) -> float:
+        return 0.0
+
+    def received(self, rows: int, nbytes: int) -> None:
+        pass
+
+    def sent(self, rows: int, nbytes: int) -> None:
+        pass

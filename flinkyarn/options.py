@@ -164,6 +164,9 @@ DASHBOARD_TIMEOUT = option(
 METRICS_REPORTERS = option(
     "metrics.reporters", STRING, "prom",
     "Comma-separated metric reporters each AppMaster and TaskExecutor starts: prom (a Prometheus endpoint, GET /metrics, advertised in the REST API's /overview) or none (empty).")
+METRICS_TASK_IO = option(
+    "metrics.task-io", BOOL, "true",
+    "Whether each task counts its records and bytes in and out and its busy, backpressured and idle time (the job details, the dashboard and Prometheus show them). Off, they show zeros; bench/metrics_cost.py measures what counting costs.")
 METRICS_PROMETHEUS_PORT = option(
     "metrics.reporter.prom.port", PORT, "0",
     "Port of the Prometheus endpoint of each AppMaster and TaskExecutor; 0 picks any free port (several TaskExecutors share a node).")

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Callable, Protocol, TypeAlias
 
 import cloudpickle
 
+from flinkyarn import options
 from flinkyarn.checkpoints import TaskStateSnapshot
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.job_master import FailureKind, OutputChunk, PartitionLocation, TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
 from flinkyarn.ids import IntermediateDataSetID, IntermediateResultPartitionID
-from flinkyarn.metrics import TaskIO
+from flinkyarn.metrics import TaskIO, UncountedTaskIO
 from flinkyarn.pipeline.task_spec import StreamTaskSpec
 from taskexecutor.network.errors import PartitionFailed, PartitionNotFound
 
@@ -134,7 +135,10 @@ class TaskContext:
         self.checkpoints: CheckpointResponder | None = None
         self._controls: queue.SimpleQueue[CheckpointControl] = queue.SimpleQueue()
         self._wake: Callable[[], None] | None = None
-        self.io = TaskIO()  # what the task counts (a stream task: flinkyarn/metrics.py)
+        # What the task counts (a stream task: flinkyarn/metrics.py), unless told not to.
+        conf = environment.conf if environment is not None else None
+        self.io = TaskIO() if conf is None or conf.get(options.METRICS_TASK_IO) \
+            else UncountedTaskIO()
 
     def post_control(self, control: CheckpointControl) -> None:
         """From the TaskExecutor's loop: a checkpoint trigger or confirmation for the task
