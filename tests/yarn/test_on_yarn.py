@@ -23,6 +23,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.connectors.filesystems import resolve
 from flinkyarn.hadoop import site_properties
 from flinkyarn.job import JobBuilder
+from flinkyarn.resources import ResourceProfile
 from tests import browser
 from tests.local import intruder, jobs
 from tests.local.conftest import wait_for
@@ -214,6 +215,14 @@ def test_session_runs_four_jobs_two_at_once_releases_idle_containers_stops_and_i
         broken.add_vertex("check", jobs.failing("the input has no header row"), parallelism=1)
         d = rest.submit(broken.build())
         wait_for(lambda: rest.job(d).status == "FAILED", 120, "the failing job")
+        # A task asking for more than any slot of the session's containers has fails at
+        # once with that reason, not after slot.request.timeout.
+        greedy = JobBuilder("greedy")
+        greedy.add_vertex("big", jobs.quick(shared_folder), parallelism=1,
+                          resources=ResourceProfile(1.0, 64 * 1024))
+        e = rest.submit(greedy.build())
+        wait_for(lambda: rest.job(e).status == "FAILED", 10, "the greedy job to fail at once")
+        assert "no slot can serve profile" in rest.job(e).failure_cause
         # A pipelined region wider than the queue could ever hold is refused at submit,
         # by the AppMaster asking YARN (from its container, on a node of its own).
         wide = JobBuilder("wide")
@@ -226,7 +235,7 @@ def test_session_runs_four_jobs_two_at_once_releases_idle_containers_stops_and_i
         # Idle TaskExecutors go after resourcemanager.taskmanager-timeout; so do their containers.
         wait_for(lambda: running_containers(app_id) == 0, 60, "idle containers released")
         assert rest.overview().task_executors == []
-        assert sorted(j.status for j in rest.jobs().jobs) == ["FAILED"] + ["FINISHED"] * 3
+        assert sorted(j.status for j in rest.jobs().jobs) == ["FAILED"] * 2 + ["FINISHED"] * 3
     finally:
         result = flinkyarn("session", "stop", app_id)
     assert result.returncode == 0, result.stderr
