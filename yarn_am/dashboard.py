@@ -60,6 +60,7 @@ from yarn_am.pages import NO_CACHE, PAGE_HEADERS
 
 log = logging.getLogger(__name__)
 
+
 class DashboardOverview(msgspec.Struct, frozen=True):
     """`GET api/overview`: the ClusterOverview with each job's details, newest job first."""
 

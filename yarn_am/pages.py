@@ -27,7 +27,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 STYLE = (TEMPLATES / "dashboard.css").read_text()
 SCRIPT = (TEMPLATES / "dashboard.js").read_text()
 
-TERMINAL = frozenset({"FINISHED", "FAILED", "CANCELED", "SUSPENDED"})
+TERMINAL = frozenset({"FINISHED", "FAILED", "CANCELED"})  # a job's final states
 
 
 def _hash(text: str) -> str:

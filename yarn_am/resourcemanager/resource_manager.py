@@ -196,13 +196,16 @@ class ResourceManager(RpcEndpoint):
                 f"({options.MAX_TASK_MANAGERS.key} = {self.config.max_workers})")
 
     def _ask_why_workers_wait(self, now: float) -> None:
-        """Asks the driver why workers wait, every WAIT_EXPLAINED_AFTER while any has
-        waited that long (one question at a time)."""
+        """Asks the driver why workers wait, every WAIT_EXPLAINED_AFTER from a second
+        before a slot request has waited that long, while workers wait (a container
+        that comes at once costs no question)."""
         pending = [worker for worker, registered in self.workers.items() if not registered]
-        if not pending or self.slot_manager.pending_request_count() == 0:
+        since = self.slot_manager.waiting_since()
+        if not pending or since is None:
             self._containers_wait = ""
             return
-        if self._explaining is not None and now - self._explaining < WAIT_EXPLAINED_AFTER:
+        if now - since < WAIT_EXPLAINED_AFTER - 1 or (
+                self._explaining is not None and now - self._explaining < WAIT_EXPLAINED_AFTER):
             return
         self._explaining = now
 

@@ -352,10 +352,10 @@ class SlotManager:
     def pending_worker_count(self) -> int:
         return len(self._pending_workers)
 
-    def waiting_since(self, job_id: JobID) -> float | None:
-        """When the oldest of the job's pending requests came; None if it has none."""
+    def waiting_since(self, job_id: JobID | None = None) -> float | None:
+        """When the oldest pending request (of the job, if given) came; None if none."""
         return min((p.requested_at for p in self._requests.values()
-                    if p.request.job_id == job_id), default=None)
+                    if job_id is None or p.request.job_id == job_id), default=None)
 
     def pending_request_count(self) -> int:
         """Requests not yet allocated: waiting, on a pending worker, or in flight."""
