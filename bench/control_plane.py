@@ -12,6 +12,13 @@
    registration at the JobMaster and the offer, deployment, the task's state update.
 3. Submit to RUNNING: a job of two vertices, parallelism 2 each, one slot sharing group
    (two slots), from `rest.submit` returning to job RUNNING with all four tasks RUNNING.
+4. Many jobs at once (issue 17): JOBS_AT_ONCE tiny jobs (one task of parallelism 1)
+   submitted together, each from its own thread, into a warm cluster with a free slot
+   for each (JOBS_AT_ONCE / 2 TaskExecutors of 2 slots); all must finish. The figure is
+   each job's submit (the REST call returning) to its task running, p50 and p99, against
+   the same for one such job alone, in the same cluster between the rounds. The task
+   notes when it starts itself (time.time() into a file: the TaskExecutors run on this
+   machine), so no polling loads the AppMaster while the jobs start.
 For 2 and 3 the baseline is one REST round trip, `rest.overview()` (p50 of 50 calls,
 half before and half after the runs). Between runs the script waits until the
 ResourceManager shows every slot free, so each run starts from a free slot.
@@ -26,7 +33,8 @@ polling loads the AppMaster's loop a little: an observer effect, the same in eve
 These machines are shared and noisy (2 cores): compare ratios between runs, not
 milliseconds, and never assert on absolute times.
 
-usage: .venv/bin/python bench/control_plane.py [--runs N] [--calls N] [--keep-work-dir]
+usage: .venv/bin/python bench/control_plane.py [--runs N] [--calls N] [--rounds N]
+                                              [--keep-work-dir]
 Writes bench/results/control_plane.json.
 """
 
@@ -72,6 +80,7 @@ CLUSTER_OVERRIDES = {
     "slot.idle.timeout": "1 s",
 }
 HOLD = 0.5  # how long the benchmark's tasks stay RUNNING
+JOBS_AT_ONCE = 20
 
 
 def ms(seconds: float) -> float:
@@ -388,6 +397,134 @@ def cluster_figures(runs: int, rest_calls: int, poll_interval: float,
     }
 
 
+# ============================================================ 4. many jobs at once
+
+def noting_hold(folder: str, seconds: float) -> Callable:
+    """A task that writes when it started (seconds since the epoch) into folder/<job id>,
+    then holds its slot for `seconds`."""
+    def hold(ctx) -> None:
+        started = time.time()
+        Path(folder, str(ctx.job_id)).write_text(repr(started))
+        ctx.sleep(seconds)
+    return hold
+
+
+def tiny_job(folder: str, name: str) -> JobGraph:
+    job = JobBuilder(f"bench: {name}")
+    job.add_vertex("hold", noting_hold(folder, HOLD), parallelism=1)
+    return job.build()
+
+
+def submit_and_time(rest: RestClient, graph: JobGraph, submitted: dict[str, float]) -> str:
+    job_id = rest.submit(graph)
+    submitted[job_id] = time.time()
+    return job_id
+
+
+def started_after_submit(folder: Path, submitted: dict[str, float], timeout: float = 120.0
+                         ) -> dict[str, float]:
+    """Each job's seconds from its submit call's return to its task's start, once every
+    task has noted its start."""
+    deadline = time.time() + timeout
+    while True:
+        noted = {job_id: folder / job_id for job_id in submitted}
+        if all(path.is_file() and path.read_text() for path in noted.values()):
+            return {job_id: float(path.read_text()) - submitted[job_id]
+                    for job_id, path in noted.items()}
+        if time.time() > deadline:
+            missing = [job_id for job_id, path in noted.items() if not path.is_file()]
+            raise TimeoutError(f"{len(missing)} job(s) never started: {missing[:3]}")
+        time.sleep(0.02)
+
+
+def wait_all_finished(rest: RestClient, job_ids: list[str], timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while True:
+        statuses = {job.job_id: job.status for job in rest.jobs().jobs if job.job_id in job_ids}
+        if all(statuses.get(job_id) in TERMINAL for job_id in job_ids):
+            failed = {j: s for j, s in statuses.items() if s != "FINISHED"}
+            if failed:
+                raise JobFailed(f"not every job finished: {failed}")
+            return
+        if time.time() > deadline:
+            raise TimeoutError(f"jobs not finished within {timeout:g} s: {statuses}")
+        time.sleep(0.1)
+
+
+def many_jobs_figures(rounds: int, alone_runs: int, keep_work_dir: bool) -> dict:
+    """Figure 4: JOBS_AT_ONCE jobs submitted together, against one alone."""
+    import concurrent.futures
+    import threading
+
+    overrides = {**CLUSTER_OVERRIDES,
+                 "resourcemanager.max-taskmanagers": str(JOBS_AT_ONCE // 2),
+                 "taskmanager.numberOfTaskSlots": "2"}
+    conf = Configuration.load(overrides=overrides)
+    cluster = LocalCluster(conf, keep_work_dir=keep_work_dir)
+    notes = Path(tempfile.mkdtemp(prefix="flinkyarn-bench-notes-"))
+    alone: list[float] = []
+    together: list[float] = []
+    round_spans: list[float] = []
+    try:
+        rest = cluster.start()
+        # Warm: one job as wide as all of them starts every TaskExecutor; untimed.
+        warm = JobBuilder("bench: warm-up")
+        warm.add_vertex("hold", hold_for(HOLD), parallelism=JOBS_AT_ONCE)
+        wait_finished(rest, rest.submit(warm.build()), 0.05)
+        wait_slots_free(rest, 0.05)
+        slots = sum(len(te.slots) for te in rest.overview().task_executors)
+        if slots < JOBS_AT_ONCE:
+            raise RuntimeError(f"the warm cluster has {slots} slots, not {JOBS_AT_ONCE}")
+
+        def one_alone() -> None:
+            submitted: dict[str, float] = {}
+            job_id = submit_and_time(rest, tiny_job(str(notes), "alone"), submitted)
+            alone.extend(started_after_submit(notes, submitted).values())
+            wait_all_finished(rest, [job_id])
+            wait_slots_free(rest, 0.05)
+
+        def a_round(number: int) -> None:
+            submitted: dict[str, float] = {}
+            gate = threading.Barrier(JOBS_AT_ONCE)  # the threads submit together
+
+            def submit(index: int) -> str:
+                graph = tiny_job(str(notes), f"{number}-{index}")
+                gate.wait()
+                return submit_and_time(rest, graph, submitted)
+
+            first = time.time()
+            with concurrent.futures.ThreadPoolExecutor(JOBS_AT_ONCE) as pool:
+                job_ids = list(pool.map(submit, range(JOBS_AT_ONCE)))
+            delays = started_after_submit(notes, submitted)
+            together.extend(delays.values())
+            round_spans.append(max(submitted[j] + delays[j] for j in job_ids) - first)
+            wait_all_finished(rest, job_ids)
+            wait_slots_free(rest, 0.05)
+
+        for _ in range(alone_runs // 2):
+            one_alone()
+        for number in range(rounds):
+            a_round(number)
+        for _ in range(alone_runs - alone_runs // 2):
+            one_alone()
+    finally:
+        cluster.stop()
+        if keep_work_dir:
+            print(f"cluster work dir kept: {cluster.work_dir}", file=sys.stderr)
+
+    alone_p50, alone_p99 = ms(percentile(alone, 50)), ms(percentile(alone, 99))
+    together_p50, together_p99 = ms(percentile(together, 50)), ms(percentile(together, 99))
+    return {
+        "overrides": overrides, "jobs_at_once": JOBS_AT_ONCE, "rounds": rounds,
+        "alone": {"runs": len(alone), "p50_ms": alone_p50, "p99_ms": alone_p99,
+                  "samples_ms": [ms(s) for s in alone]},
+        "together": {"jobs": len(together), "p50_ms": together_p50, "p99_ms": together_p99,
+                     "all_started_after_first_submit_ms": [ms(s) for s in round_spans],
+                     "samples_ms": [ms(s) for s in together]},
+        "ratio_p50": together_p50 / alone_p50, "ratio_p99": together_p99 / alone_p99,
+    }
+
+
 # ===================================================================== report
 
 def table(rpc: dict, cluster: dict) -> list[tuple[str, float, str, float]]:
@@ -446,6 +583,8 @@ def main() -> None:
                         help="REST overview calls for the baseline (default 50)")
     parser.add_argument("--poll-ms", type=float, default=5.0,
                         help="period of the job status polls (default 5 ms)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help=f"rounds of {JOBS_AT_ONCE} jobs submitted at once (default 3)")
     parser.add_argument("--keep-work-dir", action="store_true",
                         help="keep the local cluster's work dir (logs) and print its path")
     args = parser.parse_args()
@@ -457,14 +596,23 @@ def main() -> None:
         rpc = asyncio.run(rpc_round_trips(security, args.calls, args.warmup, args.payload))
     cluster = cluster_figures(args.runs, args.rest_calls, args.poll_ms / 1000.0,
                               args.keep_work_dir)
+    many = many_jobs_figures(args.rounds, args.runs, args.keep_work_dir)
 
     rows = table(rpc, cluster)
     print_report(rows, rpc, cluster)
+    print(f"\n{JOBS_AT_ONCE} tiny jobs submitted at once ({many['rounds']} rounds, all finished), "
+          f"submit -> task running: p50 {many['together']['p50_ms']:.1f} ms, p99 "
+          f"{many['together']['p99_ms']:.1f} ms; one job alone ({many['alone']['runs']} runs): "
+          f"p50 {many['alone']['p50_ms']:.1f} ms, p99 {many['alone']['p99_ms']:.1f} ms; "
+          f"ratios {many['ratio_p50']:.2f}x (p50), {many['ratio_p99']:.2f}x (p99); all "
+          f"{JOBS_AT_ONCE} running {statistics.median(many['together']['all_started_after_first_submit_ms']):.0f} ms "
+          f"after the first submit (median of rounds)")
     results = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "grpc": grpc.__version__},
         "rpc_round_trip": rpc,
         "cluster": cluster,
+        "many_jobs_at_once": many,
         "table": [{"figure": n, "ms": v, "baseline": b, "baseline_ms": bv, "ratio": v / bv}
                   for n, v, b, bv in rows],
     }
