@@ -226,10 +226,11 @@ def main() -> None:
     figures = result["figures"]
     for smaller, larger in zip(figures, figures[1:]):
         scale = larger["task_executors"] / smaller["task_executors"]
-        cpu = larger["idle_appmaster_cpu_share"] / max(smaller["idle_appmaster_cpu_share"], 1e-6)
+        base = smaller["idle_appmaster_cpu_share"]
+        cpu = f"x{larger['idle_appmaster_cpu_share'] / base:.2f}" if base else "n/a (none measured)"
         running = larger["submit_to_all_running_s"] / smaller["submit_to_all_running_s"]
         print(f"  {smaller['task_executors']} -> {larger['task_executors']} TaskExecutors "
-              f"(x{scale:g}): idle CPU x{cpu:.2f}, submit -> all RUNNING x{running:.2f}")
+              f"(x{scale:g}): idle CPU {cpu}, submit -> all RUNNING x{running:.2f}")
     result.update(date=time.strftime("%Y-%m-%d"), machine=platform.node(), cores=os.cpu_count())
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
