@@ -17,8 +17,10 @@ Figures, at each size (the TaskExecutors grow from one size to the next):
   (/proc/PID/stat) over IDLE_WINDOW seconds (several heartbeat intervals), per core;
   all of it is heartbeats (the ResourceManager's to each TaskExecutor, their answers);
 - submit -> all RUNNING of a job of 2 subtasks per TaskExecutor (one vertex, each task
-  holding its slot until cancelled), polled through the REST API every 0.2 s; then the
-  job is cancelled and every slot must come back free.
+  holding its slot until cancelled), polled through the REST API every 0.2 s, and the
+  AppMaster's CPU time in it (the rest is the TaskExecutors' processes, which here share
+  the machine's cores with it); then the job is cancelled and every slot must come back
+  free.
 Growth is read from the ratios between sizes (linear: the ratio of the sizes); the goal
 is that 500 TaskExecutors cost the AppMaster under 10% of one core.
 
@@ -156,8 +158,9 @@ def measure_size(rest, pid: int, size: int, idle: float, registration: float) ->
     subtasks = SLOTS * size
     job = JobBuilder(f"bench: {subtasks} subtasks")
     job.add_vertex("hold", holds_until_cancelled, parallelism=subtasks)
-    submitted = time.monotonic()
-    job_id = rest.submit(job.build())
+    graph = job.build()
+    cpu_before, submitted = cpu_seconds(pid), time.monotonic()
+    job_id = rest.submit(graph)
 
     def all_running() -> bool:
         details = rest.job(job_id)
@@ -166,17 +169,19 @@ def measure_size(rest, pid: int, size: int, idle: float, registration: float) ->
         return details.vertices[0].state_counts.get("RUNNING", 0) == subtasks
     wait(all_running, 600, "job with every subtask RUNNING")
     running = time.monotonic() - submitted
+    appmaster_cpu = cpu_seconds(pid) - cpu_before
     rest.cancel(job_id)
     wait(lambda: rest.job(job_id).status == "CANCELED", 300, "job canceled")
     wait(lambda: all(s.state == "free" for te in rest.overview().task_executors
                      for s in te.slots), 300, "every slot free")
     print(f"  {size:4} TaskExecutors: registered in {registration:6.1f} s; idle AppMaster "
           f"{100 * share:5.2f}% of a core; {subtasks:4} subtasks submit -> all RUNNING "
-          f"{running:6.1f} s", flush=True)
+          f"{running:6.1f} s (AppMaster CPU {appmaster_cpu:.1f} s of it)", flush=True)
     return {"task_executors": size, "subtasks": subtasks,
             "registration_s": round(registration, 2),
             "idle_appmaster_cpu_share": round(share, 4),
-            "submit_to_all_running_s": round(running, 2)}
+            "submit_to_all_running_s": round(running, 2),
+            "appmaster_cpu_in_it_s": round(appmaster_cpu, 2)}
 
 
 def registered_at_least(rest, count: int) -> bool:

@@ -407,6 +407,10 @@ class Scheduler:
         if DEPLOYMENT_CHAIN.index(state) <= DEPLOYMENT_CHAIN.index(execution.state):
             return []
         execution.transition(state, now)
+        if not state.is_terminal:
+            # INITIALIZING, RUNNING: nothing _settle looks at became possible (it waits
+            # for terminal subtasks); skipping it keeps a start of n subtasks O(n).
+            return []
         commands: list[Command] = []
         if state is _S.FINISHED and self._graph.status is JobStatus.RUNNING:
             commands += self._schedule_ready_regions(now)
@@ -759,13 +763,13 @@ class Scheduler:
                 shared.state, shared.slot = _SlotState.RELEASED, None
         commands += releases
         status = self._graph.status
-        states = [v.state for v in self._graph.execution_vertices()]
+        vertices = self._graph.execution_vertices
         if status is JobStatus.RUNNING and not self._pending \
-                and all(s is _S.FINISHED for s in states):
+                and all(v.state is _S.FINISHED for v in vertices()):
             self._graph.transition_to(JobStatus.FINISHED, now)
             commands.append(JobTerminated(JobStatus.FINISHED, None))
         elif status in (JobStatus.FAILING, JobStatus.CANCELLING) and all(
-                s.is_terminal for s in states):
+                v.state.is_terminal for v in vertices()):
             final = JobStatus.FAILED if status is JobStatus.FAILING else (
                 JobStatus.FINISHED if self._stopping else JobStatus.CANCELED)
             self._graph.transition_to(final, now)
