@@ -82,6 +82,10 @@ class _Worker:
     history: list[str] = field(default_factory=list)
 
 
+_ASKING_YARN_FAILED = (OSError, ValueError, KeyError, hadoop.HadoopConfigError,
+                       skein.exceptions.SkeinError)
+
+
 def why_containers_wait(size: int, queue_name: str, queue: dict, nodes: list[dict]) -> str:
     """Why YARN gives no container of `size` MB, from the application's leaf queue (the
     scheduler's REST view) and the running nodes: the queue at its limit, no node with
@@ -156,15 +160,11 @@ class YarnDriver:
         capacity (CapacityScheduler's maxEffectiveCapacity) beside the AppMaster's, as the
         ResourceManager says now; None when it does not say."""
         try:
-            app_spec = await asyncio.to_thread(self._app.get_specification)
-            scheduler = (await asyncio.to_thread(hadoop.rm_request, "/ws/v1/cluster/scheduler")
-                         )["scheduler"]["schedulerInfo"]
-        except (OSError, ValueError, KeyError, hadoop.HadoopConfigError,
-                skein.exceptions.SkeinError) as error:
+            app_spec, queue = await self._queue()
+        except _ASKING_YARN_FAILED as error:
             log.warning("cannot learn the YARN queue's capacity: %s", error)
             return None
-        queue = hadoop.leaf_queues(scheduler).get(app_spec.queue)
-        most = (queue or {}).get("maxEffectiveCapacity") or {}
+        most = queue.get("maxEffectiveCapacity") or {}
         if not most.get("memory") or not most.get("vCores"):
             return None
         master, worker = app_spec.master.resources, app_spec.services[SERVICE].resources
@@ -182,20 +182,25 @@ class YarnDriver:
         if not unallocated:
             return f"waiting for {len(waiting)} TaskExecutor(s) to start in their containers"
         try:
-            app_spec = await asyncio.to_thread(self._app.get_specification)
-            scheduler = (await asyncio.to_thread(hadoop.rm_request, "/ws/v1/cluster/scheduler")
-                         )["scheduler"]["schedulerInfo"]
+            app_spec, queue = await self._queue()
             nodes = (await asyncio.to_thread(hadoop.rm_request,
                                              "/ws/v1/cluster/nodes?states=RUNNING"))["nodes"]
-        except (OSError, ValueError, KeyError, TypeError, hadoop.HadoopConfigError,
-                skein.exceptions.SkeinError) as error:
+        except (*_ASKING_YARN_FAILED, TypeError) as error:
             log.warning("cannot ask YARN why containers wait: %s", error)
             return None
         size = app_spec.services[SERVICE].resources.memory
         return (f"waiting for {len(unallocated)} container(s) of {size} MB: "
-                + why_containers_wait(size, app_spec.queue,
-                                      hadoop.leaf_queues(scheduler).get(app_spec.queue) or {},
+                + why_containers_wait(size, app_spec.queue, queue,
                                       (nodes or {}).get("node") or []))
+
+    async def _queue(self) -> tuple[skein.ApplicationSpec, dict]:
+        """The application's specification and its leaf queue as the ResourceManager's
+        scheduler describes it now ({} if it does not); _ASKING_YARN_FAILED if it cannot
+        be asked."""
+        app_spec = await asyncio.to_thread(self._app.get_specification)
+        scheduler = (await asyncio.to_thread(hadoop.rm_request, "/ws/v1/cluster/scheduler")
+                     )["scheduler"]["schedulerInfo"]
+        return app_spec, hadoop.leaf_queues(scheduler).get(app_spec.queue) or {}
 
     def request_worker(self, spec: WorkerSpec) -> str:
         self._count += 1
