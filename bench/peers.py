@@ -470,7 +470,7 @@ def main() -> None:
         results["session"] = sessions(args.runs, base)
 
     rows = table(results)
-    print(f"\n| what | flinkyarn | peer | ratio |\n|---|---|---|---|")
+    print("\n| what | flinkyarn | peer | ratio |\n|---|---|---|---|")
     for what, ours, peer, theirs in rows:
         print(f"| {what} | {ours:.1f} s | {peer} {theirs:.1f} s | {ours / theirs:.2f}x |")
     print(f"\n{date.today()}, {os.cpu_count()} cores, medians of {args.runs}; outputs identical "
