@@ -70,6 +70,8 @@ class JobVertex(msgspec.Struct, frozen=True):
     resources: ResourceProfile = UNKNOWN
     # The operators chained into this vertex, head first (pipelines only).
     operators: list[ChainedOperator] = []
+    # Whether its chain has a Spark stage (runs in the TaskExecutor's SparkSession).
+    uses_spark: bool = False
 
 
 class InvalidJobGraph(ValueError):
@@ -176,6 +178,12 @@ class JobGraph(msgspec.Struct, frozen=True):
             if (output.mode is OutputMode.OVERWRITE) != (output.staging is not None):
                 raise InvalidJobGraph(f"output {output.path}: a staging folder goes with "
                                       f"mode overwrite and only with it")
+
+    @property
+    def uses_spark(self) -> bool:
+        """Whether a vertex runs a Spark stage: its TaskExecutors may start their
+        SparkSession when they start (taskmanager.spark.start-eagerly)."""
+        return any(vertex.uses_spark for vertex in self.vertices)
 
     def vertex(self, vertex_id: JobVertexID) -> JobVertex:
         for vertex in self.vertices:

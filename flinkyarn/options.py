@@ -41,6 +41,17 @@ TASK_MANAGER_CPU_CORES = option(
 TASK_MANAGER_PROCESS_MEMORY = option(
     "taskmanager.memory.process.size", MEMORY_SIZE, "1 gb",
     "Memory of one TaskExecutor process, shared by its slots.")
+TASK_MANAGER_SPARK_START_EAGERLY = option(
+    "taskmanager.spark.start-eagerly", BOOL, "false",
+    "Start each TaskExecutor's SparkSession as the TaskExecutor starts, not when its first "
+    "Spark stage opens. The client sets it for the TaskExecutors it starts for a job with a "
+    "Spark stage (local target, per-job on YARN).")
+TASK_MANAGER_SPARK_CDS_DIR = option(
+    "taskmanager.spark.cds.dir", STRING, "auto",
+    "Where TaskExecutors keep the class-data-sharing archive of their Spark JVM, made once "
+    "per JDK and Spark (taskexecutor/spark_cds.py): its classes load in a fraction of the "
+    "time. auto: ~/.cache/flinkyarn/spark-cds for local processes, none in YARN "
+    "containers; empty: none.")
 
 JOB_MANAGER_PROCESS_MEMORY = option(
     "jobmanager.memory.process.size", MEMORY_SIZE, "768 mb",
@@ -574,6 +585,15 @@ def max_parallelism(conf: Configuration) -> int:
         raise ConfigurationError(f"option {PIPELINE_MAX_PARALLELISM.key!r} must be -1 or at "
                                  f"least 1, not 0")
     return MAX_PARALLELISM_UPPER_BOUND if most == -1 else most
+
+
+def with_spark_started(conf: Configuration, graph: JobGraph) -> Configuration:
+    """For a cluster started for `graph`: its TaskExecutors start their SparkSession as
+    they start when the job has a Spark stage, unless the configuration says otherwise."""
+    key = TASK_MANAGER_SPARK_START_EAGERLY.key
+    if graph.uses_spark and key not in conf.raw():
+        return conf.with_overrides({key: "true"})
+    return conf
 
 
 def check_job_graph(graph: JobGraph, cluster: Configuration) -> None:

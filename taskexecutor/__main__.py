@@ -80,6 +80,8 @@ async def serve(args: argparse.Namespace, conf: Configuration,
     try:
         address = await rpc.start()
         environment = build_environment(args.resource_id, conf, security, scratch)
+        if conf.get(options.TASK_MANAGER_SPARK_START_EAGERLY):
+            environment.spark.start_in_background()
         try:
             executor = TaskExecutor(rpc, args.resource_id, args.resource_manager,
                                     TaskExecutorConfig.from_configuration(conf), environment)

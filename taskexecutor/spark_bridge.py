@@ -40,6 +40,7 @@ taskexecutor/pyspark_driver.py.)
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -53,6 +54,7 @@ from typing import TYPE_CHECKING
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.scratch import ProcessScratch
+from taskexecutor.spark_cds import SparkClassData
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
 
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MIB = 1024 * 1024
+
+log = logging.getLogger(__name__)
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -118,15 +122,21 @@ class SparkSessionProvider:
     """
 
     def __init__(self, cores: float, memory_bytes: int, slots: int, tmp_dir: str | os.PathLike,
-                 host: str = "127.0.0.1", local_dirs: Sequence[str | os.PathLike] = ()) -> None:
+                 host: str = "127.0.0.1", local_dirs: Sequence[str | os.PathLike] = (),
+                 class_data: SparkClassData | None = None,
+                 java_options: Sequence[str] = ()) -> None:
         """Spark's files go under `tmp_dir`, its local dirs in `local_dirs` (default: one
-        under `tmp_dir`); the JVM binds and advertises `host`."""
+        under `tmp_dir`); the JVM binds and advertises `host`, maps the class-data archive
+        of `class_data` if there is one (taskexecutor/spark_cds.py) and has
+        `java_options` too."""
         self.cores = max(1, int(cores))
         self.slots = slots
         self.memory_bytes = memory_bytes
         self.tmp_dir = Path(tmp_dir)
         self.host = host
         self.local_dirs = [Path(d) for d in local_dirs] or [self.tmp_dir / "local"]
+        self.class_data = class_data
+        self.java_options = list(java_options)
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
 
@@ -139,7 +149,8 @@ class SparkSessionProvider:
                    slots=conf.get(options.NUM_TASK_SLOTS),
                    tmp_dir=scratch.root / "spark",
                    host=conf.get(options.TASK_MANAGER_HOST),
-                   local_dirs=[folder / "spark-local" for folder in scratch.dirs])
+                   local_dirs=[folder / "spark-local" for folder in scratch.dirs],
+                   class_data=SparkClassData.from_configuration(conf))
 
     @property
     def memory(self) -> SparkMemoryBudget:
@@ -153,7 +164,7 @@ class SparkSessionProvider:
                          f"-Djava.io.tmpdir={self.java_tmp_dir}",
                          f"-Dlog4j2.configurationFile=file:{self.tmp_dir / 'log4j2.properties'}",
                          # hsperfdata would go to /tmp whatever java.io.tmpdir says
-                         "-XX:-UsePerfData"]
+                         "-XX:-UsePerfData", *self.java_options]
         conf = {
             "spark.master": f"local[{self.cores}]",
             "spark.app.name": "flinkyarn-taskexecutor",
@@ -202,6 +213,19 @@ class SparkSessionProvider:
     def started(self) -> bool:
         return self._session is not None
 
+    def start_in_background(self) -> None:
+        """Starts the session on a daemon thread, for the first `get()` to find it up (or
+        to wait less for it). A failure is logged; that `get()` then tries again and
+        raises."""
+        def start() -> None:
+            try:
+                self.get()
+            except Exception:  # noqa: BLE001 - the stage that needs it raises it
+                log.warning("could not start the SparkSession ahead of the first Spark "
+                            "stage", exc_info=True)
+
+        threading.Thread(target=start, daemon=True, name="start SparkSession").start()
+
     def add_credentials(self, token_file: Path) -> None:
         """Newer delegation tokens for a running JVM (one started later reads
         HADOOP_TOKEN_FILE_LOCATION): added to its current user, as Spark adds those its
@@ -232,8 +256,13 @@ class SparkSessionProvider:
         # Spark's Python workers (UDFs) run this interpreter, with its virtualenv.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        conf = self.spark_conf()
+        if self.class_data is not None:
+            archive = self.class_data.java_options()  # or a trainer starts to make one
+            conf["spark.driver.extraJavaOptions"] = shlex.join(
+                [*shlex.split(conf["spark.driver.extraJavaOptions"]), *archive])
         builder = SparkSession.builder
-        for key, value in self.spark_conf().items():
+        for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")

@@ -78,6 +78,7 @@ class LocalTargetExecutor:
             outputs.check(graph.outputs)
         if self._executor is None:
             click.echo("starting a local cluster ...", err=True)
+            self.cluster.conf = options.with_spark_started(self.cluster.conf, graph)
             self._executor = ClusterExecutor(self.cluster.start())
         result = self._executor.execute(graph)
         self.results.append(result)

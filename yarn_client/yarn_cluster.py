@@ -308,7 +308,8 @@ class YarnClusterDescriptor:
         # client's values for these keys mean nothing there.
         placed = {options.JOB_MANAGER_RPC_ADDRESS.key, options.REST_ADDRESS.key,
                   options.TASK_MANAGER_HOST.key}
-        raw = {**self.conf.raw(), **shipping.executor_python(self.conf, shipment)}
+        conf = options.with_spark_started(self.conf, graph) if graph is not None else self.conf
+        raw = {**conf.raw(), **shipping.executor_python(self.conf, shipment)}
         keytab = options.SECURITY_KERBEROS_KEYTAB.key
         # The client's keytab path means nothing in a container: the AppMaster's is the
         # localized copy (when shipped), a TaskExecutor has none.

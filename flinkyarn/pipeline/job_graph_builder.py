@@ -30,6 +30,7 @@ from flinkyarn.ids import JobID, JobVertexID, new_id
 from flinkyarn.jobgraph import (ChainedOperator, DistributionPattern, JobEdge, JobGraph,
                                 JobVertex, ResultPartitionType, ScheduleMode, ShipStrategy)
 from flinkyarn.pipeline.operator import Operator, SourceOperator
+from flinkyarn.pipeline.spark_stage import SparkStage
 from flinkyarn.pipeline.stream_graph import (ChainingStrategy, ExchangeMode, StreamEdge,
                                              StreamGraph, StreamNode)
 from flinkyarn.pipeline.task_spec import InputSpec, OutputSpec, StreamTaskSpec
@@ -248,7 +249,8 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
             invokable=pickle_user_code(spec),
             slot_sharing_group=head.slot_sharing_group,
             resources=_chain_resources(chain),
-            operators=[ChainedOperator(ids[n.id], n.name) for n in chain]))
+            operators=[ChainedOperator(ids[n.id], n.name) for n in chain],
+            uses_spark=any(isinstance(operator_of[n.id], SparkStage) for n in chain)))
 
     # A blocking exchange needs its consumers scheduled after it completes, which is
     # what lazy-from-sources (pipelined region) scheduling does; eager would deploy

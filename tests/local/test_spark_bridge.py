@@ -1,6 +1,8 @@
 """The PySpark bridge with a real local Spark: the TaskExecutor's shared session, Spark
 stages and unmodified PySpark scripts. One session serves the whole module (Spark takes
-~10 s to start)."""
+~10 s to start). It maps this machine's class-data archive for the Spark JVM (made first
+if there is none, as a TaskExecutor's trainer makes it: taskexecutor/spark_cds.py) with
+-Xshare:on, so the session does not start unless the JVM takes the archive."""
 
 from __future__ import annotations
 
@@ -12,15 +14,20 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from flinkyarn.configuration import ConfigurationError
+from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.pipeline.spark_stage import SparkStage
 from taskexecutor.spark_bridge import MIB, SparkMemoryBudget, SparkSessionProvider
+from taskexecutor.spark_cds import SparkClassData
 
 
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory):
+    class_data = SparkClassData.from_configuration(Configuration())
+    assert class_data is not None, "a local process has a class-data archive folder by default"
+    class_data.ensure()
     provider = SparkSessionProvider(cores=2, memory_bytes=1024 * MIB, slots=2,
-                                    tmp_dir=tmp_path_factory.mktemp("spark"))
+                                    tmp_dir=tmp_path_factory.mktemp("spark"),
+                                    class_data=class_data, java_options=["-Xshare:on"])
     yield provider
     provider.stop()
 
@@ -95,6 +102,17 @@ def test_session_is_sized_to_the_task_executor(provider):
     assert conf.get("spark.ui.enabled") == "false"
     assert spark._jvm.java.lang.Runtime.getRuntime().maxMemory() <= 512 * MIB
     assert spark.sparkContext.uiWebUrl is None
+
+
+def test_the_spark_jvm_maps_the_class_data_archive(provider):
+    # With -Xshare:on a JVM that cannot map the archive (another JDK, another class
+    # path) does not start at all: the session being up is the proof; these are the
+    # options that got it there.
+    spark = provider.get()
+    arguments = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                     .getInputArguments())
+    assert f"-XX:SharedArchiveFile={provider.class_data.archive}" in arguments
+    assert "-Xshare:on" in arguments
 
 
 def test_the_spark_jvm_listens_on_loopback_only(provider):

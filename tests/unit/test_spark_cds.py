@@ -1,0 +1,122 @@
+"""The class-data archive of the Spark JVM (taskexecutor/spark_cds.py): where it lives,
+what names it, one trainer at a time. The archive a real trainer makes, and a JVM that
+maps it, are in tests/local/test_spark_bridge.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flinkyarn.configuration import Configuration
+from taskexecutor import spark_cds
+from taskexecutor.spark_cds import SparkClassData, archive_dir, archive_key
+
+
+def test_auto_is_the_users_cache_for_a_process_and_none_in_a_yarn_container(monkeypatch, tmp_path):
+    monkeypatch.delenv("CONTAINER_ID", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert archive_dir(Configuration()) == tmp_path / "flinkyarn" / "spark-cds"
+    monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000002")
+    assert archive_dir(Configuration()) is None
+    assert SparkClassData.from_configuration(Configuration()) is None
+    # Named: also in a container; empty: never.
+    assert archive_dir(Configuration({"taskmanager.spark.cds.dir": str(tmp_path)})) == tmp_path
+    assert archive_dir(Configuration({"taskmanager.spark.cds.dir": ""})) is None
+
+
+@pytest.fixture
+def spark_home(monkeypatch, tmp_path):
+    """A Spark home of two jars and a JDK of one file, in place of the real ones."""
+    home = tmp_path / "spark"
+    (home / "jars").mkdir(parents=True)
+    for name in ("spark-core.jar", "spark-sql.jar"):
+        (home / "jars" / name).write_bytes(b"jar " + name.encode())
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\n")
+    monkeypatch.setattr("pyspark.find_spark_home._find_spark_home", lambda: str(home))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    for name in spark_cds.CLASS_PATH_ENVIRONMENT:
+        if name != "JAVA_HOME":
+            monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def test_the_key_changes_with_a_jar_the_jdk_or_the_class_path_environment(spark_home, monkeypatch):
+    key = archive_key()
+    assert key == archive_key()
+    jar = spark_home / "jars" / "spark-sql.jar"
+    jar.write_bytes(b"another build")
+    changed_jar = archive_key()
+    assert changed_jar != key
+    monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")  # on spark-class's class path
+    with_conf = archive_key()
+    assert with_conf != changed_jar
+    java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+    java.write_text("#!/bin/sh\n# another JDK\n")
+    assert archive_key() != with_conf
+
+
+REAL_POPEN = subprocess.Popen
+
+
+class Trainers:
+    """subprocess.Popen of the trainer, recorded instead of run."""
+
+    def __init__(self) -> None:
+        self.started: list[list[str]] = []
+
+    def __call__(self, command, **kwargs):
+        self.started.append(command)
+        assert kwargs["start_new_session"], "the trainer outlives the TaskExecutor's session"
+        return REAL_POPEN(["sleep", "30"], start_new_session=True)
+
+
+@pytest.fixture
+def trainers(monkeypatch):
+    recorded = Trainers()
+    monkeypatch.setattr(spark_cds.subprocess, "Popen", recorded)
+    return recorded
+
+
+def test_no_archive_starts_one_trainer_and_the_jvm_starts_without(tmp_path, trainers):
+    data = SparkClassData(tmp_path, "k1")
+    assert data.java_options() == []
+    assert trainers.started and trainers.started[0][-1] == str(data.archive)
+    pid = int(data.lock.read_text())
+    try:
+        # While it runs, no other TaskExecutor starts another.
+        assert SparkClassData(tmp_path, "k1").java_options() == []
+        assert len(trainers.started) == 1
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    # Its trainer died without an archive: the next one takes its lock over.
+    assert SparkClassData(tmp_path, "k1").train_in_background()
+    assert len(trainers.started) == 2
+    os.kill(int(data.lock.read_text()), 9)
+
+
+def test_an_archive_is_mapped_and_a_failed_training_is_not_repeated(tmp_path, trainers):
+    data = SparkClassData(tmp_path, "k2")
+    data.archive.write_bytes(b"archive")
+    assert data.java_options()[0] == f"-XX:SharedArchiveFile={data.archive}"
+    assert not trainers.started
+    failed = SparkClassData(tmp_path, "k3")
+    failed.failed.touch()
+    assert failed.java_options() == [] and not failed.train_in_background()
+    assert not trainers.started
+    with pytest.raises(RuntimeError, match="failed"):
+        failed.ensure(timeout=1)
+
+
+def test_a_fresh_empty_lock_is_a_trainer_starting_and_an_old_one_is_stale(tmp_path, trainers):
+    data = SparkClassData(tmp_path, "k4")
+    data.lock.touch()  # made, the trainer's pid not written yet
+    assert not data.train_in_background()
+    os.utime(data.lock, (0, 0))  # a process that died between the two
+    assert data.train_in_background()
+    os.kill(int(data.lock.read_text()), 9)
