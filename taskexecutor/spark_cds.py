@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,9 +46,9 @@ from flinkyarn.configuration import Configuration
 log = logging.getLogger(__name__)
 
 # What enters the Spark JVM's class path besides the Spark home's jars (spark-class,
-# load-spark-env.sh).
+# load-spark-env.sh). (JAVA_HOME only picks the java, which the key names itself.)
 CLASS_PATH_ENVIRONMENT = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR",
-                          "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH", "JAVA_HOME")
+                          "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH")
 # JVM logging of class-data sharing off: a refused archive is no error (classes load as
 # usual), and the dump's warnings about signed jars are noise.
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
@@ -166,7 +167,10 @@ class SparkClassData:
             except FileExistsError:
                 if _alive(self.lock):
                     return False
-                self.lock.unlink(missing_ok=True)  # its trainer died: take it over
+                # Its trainer died: take it over, without what its JVM may have dumped.
+                self.lock.unlink(missing_ok=True)
+                for partial in self.folder.glob(f"{self.archive.stem}.partial-*"):
+                    partial.unlink(missing_ok=True)
         return False
 
 
@@ -238,11 +242,12 @@ def train(archive: Path) -> None:
                                    f"archive")
         os.replace(partial, archive)
         print(f"written: {archive} ({archive.stat().st_size >> 20} MB)", flush=True)
-    except BaseException:
+    except BaseException as error:
         if process is not None and process.poll() is None:
             process.kill()  # no half-made archive after this process
             process.wait()
-        archive.with_suffix(".failed").touch()
+        if not isinstance(error, (SystemExit, KeyboardInterrupt)):  # stopped: may retry
+            archive.with_suffix(".failed").touch()
         raise
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -252,4 +257,5 @@ def train(archive: Path) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     train(Path(sys.argv[1]))

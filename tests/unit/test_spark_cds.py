@@ -40,8 +40,7 @@ def spark_home(monkeypatch, tmp_path):
     monkeypatch.setattr("pyspark.find_spark_home._find_spark_home", lambda: str(home))
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     for name in spark_cds.CLASS_PATH_ENVIRONMENT:
-        if name != "JAVA_HOME":
-            monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name, raising=False)
     return home
 
 
@@ -94,8 +93,12 @@ def test_no_archive_starts_one_trainer_and_the_jvm_starts_without(tmp_path, trai
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
-    # Its trainer died without an archive: the next one takes its lock over.
+    # Its trainer died without an archive (its JVM dumped half of one): the next one
+    # takes its lock over, and the half is removed.
+    partial = data.archive.with_suffix(f".partial-{pid}")
+    partial.write_bytes(b"half")
     assert SparkClassData(tmp_path, "k1").train_in_background()
+    assert not partial.exists()
     assert len(trainers.started) == 2
     os.kill(int(data.lock.read_text()), 9)
 
