@@ -67,7 +67,8 @@ TaskExecutor, and how much of a job region failover restarts compared with resta
 Clocks: everything is this machine's epoch clock, time.time(), so the AppMaster's log
 stamps compare with the client's. Polled client times are upper bounds: at most one
 poll (--poll-ms) plus one REST round trip late. On YARN, "kill -> JobMaster told"
-depends on where in skein's allocate cycle (5 s while no container is pending) the kill
+depends on where in skein's allocate cycle (yarn.heartbeat.interval while no container is
+pending) the kill
 falls: YARN reports a container's end to skein's ApplicationMaster only on that
 heartbeat. The cold-start baseline's submissions are spread over that cycle (as
 bench/yarn.py does); the kills are not: each comes KILL_AFTER after its job runs, and
@@ -112,7 +113,7 @@ import local_hadoop  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from flinkyarn import Pipeline  # noqa: E402
+from flinkyarn import Pipeline, options  # noqa: E402
 from flinkyarn.configuration import Configuration  # noqa: E402
 from flinkyarn.connectors.filesystems import resolve  # noqa: E402
 from flinkyarn.gateways.dispatcher import JobDetails  # noqa: E402
@@ -139,7 +140,8 @@ DELAY = "200 ms"
 KILL_AFTER = 0.3    # seconds between every task RUNNING and the kill: early in a ~2 s job
 JOB_TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 APP_LIVE = "NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"
-SKEIN_IDLE_HEARTBEAT = 5.0  # skein 0.8.2's allocate interval while no container is pending
+# skein's allocate interval while no container is pending (yarn.heartbeat.interval, patched)
+SKEIN_IDLE_HEARTBEAT = min(5.0, Configuration().get(options.YARN_HEARTBEAT_INTERVAL))
 
 
 def restarting(delay: str) -> dict[str, str]:

@@ -10,7 +10,8 @@
    TaskExecutor stays (`resourcemanager.taskmanager-timeout: 10 min`), and (b) with a new
    container needed: a session that releases idle TaskExecutors after 2 s; each run waits
    until YARN shows no TaskExecutor container left, then a further offset that spreads
-   the submissions evenly over skein's 5 s allocate cycle (see spread_over_allocate_cycle).
+   the submissions evenly over skein's allocate cycle (yarn.heartbeat.interval; see
+   spread_over_allocate_cycle).
 3. Container request to TaskExecutor registered, for every TaskExecutor of 1 and 2b.
 
 Baselines, interleaved with the per-job runs so they see the same noise:
@@ -72,6 +73,7 @@ import skein  # noqa: E402
 import skein.core  # noqa: E402
 import smoke  # noqa: E402
 
+from flinkyarn import options  # noqa: E402
 from flinkyarn.configuration import Configuration  # noqa: E402
 from flinkyarn.gateways.dispatcher import JobDetails  # noqa: E402
 from flinkyarn.job import JobBuilder  # noqa: E402
@@ -89,9 +91,10 @@ JOB_TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 APP_TERMINAL = ("FINISHED", "FAILED", "KILLED")
 SESSION_WARM = {"resourcemanager.taskmanager-timeout": "10 min", "slot.idle.timeout": "1 s"}
 SESSION_COLD = {"resourcemanager.taskmanager-timeout": "2 s", "slot.idle.timeout": "1 s"}
-# skein 0.8.2's ApplicationMaster: min(5 s, yarn.am.liveness-monitor.expiry-interval-ms / 2)
-# between allocate calls while no container request is pending (1 s while one is).
-SKEIN_IDLE_HEARTBEAT = 5.0
+# skein's ApplicationMaster, as patched (yarn_client/skein_attempts.py): yarn.heartbeat.interval
+# (at most skein's own 5 s) between allocate calls while no container request is pending
+# (1 s while one is).
+SKEIN_IDLE_HEARTBEAT = min(5.0, Configuration().get(options.YARN_HEARTBEAT_INTERVAL))
 # skein's own jar, before yarn_client.skein_jar points skein at the patched copy: the
 # smoke application keeps the application type `skein`, as integration/smoke.py runs it.
 SKEIN_JAR = skein.core._SKEIN_JAR

@@ -206,6 +206,9 @@ YARN_STAGING_DIRECTORY = option(
 YARN_APPLICATION_ATTEMPTS = option(
     "yarn.application-attempts", integer(1), "2",
     "How many times YARN starts the AppMaster of an application (at most the ResourceManager's yarn.resourcemanager.am.max-attempts): a lost AppMaster comes back as the next attempt and its unfinished jobs run again (flinkyarn/job_store.py).")
+YARN_HEARTBEAT_INTERVAL = option(
+    "yarn.heartbeat.interval", POSITIVE_DURATION, "1 s",
+    "How often the AppMaster asks YARN's ResourceManager for containers while it has none pending (also how long a new request may wait for that call); while one is pending, every second. Flink's default is 5 s, MapReduce's 1 s.")
 YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL = option(
     "yarn.application-attempt-failures-validity-interval", DURATION, "10 s",
     "Only AppMaster failures within this time of each other count towards yarn.application-attempts; 0: every failure counts, however long ago (YARN's default).")

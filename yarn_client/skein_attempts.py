@@ -20,7 +20,10 @@ only failures close together end an application. We give skein's driver the same
 
 The same way, skein's ApplicationMaster unregisters through `unregister_helper_class()`,
 which passes YARN the URL the AppMaster left in FINAL_TRACKING_URL_FILE, if it did: the
-history server's page of the ended application (`historyserver.web.address`).
+history server's page of the ended application (`historyserver.web.address`); and
+computes the interval of its calls to YARN's allocate while no container is pending
+through `heartbeat_helper_class()`, capped by `yarn.heartbeat.interval` from the
+AppMaster's environment (skein's own: at most 5 s, from the YARN configuration).
 """
 
 from __future__ import annotations
@@ -76,11 +79,12 @@ def call_helper(data: bytes) -> bytes:
 
 
 def redirect_call(data: bytes, target: tuple[str, str, str], helper: str,
-                  helper_descriptor: str) -> bytes:
-    """The class file `data` with its one invokevirtual of `target` (owner, method name,
-    descriptor) turned into an invokestatic of the method of the same name in class
-    `helper`, whose descriptor takes the receiver first: the same operands, so nothing
-    else in the class moves. UnsupportedClass unless there is exactly one such call."""
+                  helper_descriptor: str, opcode: int = _INVOKEVIRTUAL) -> bytes:
+    """The class file `data` with its one invokevirtual (or `opcode`: invokestatic) of
+    `target` (owner, method name, descriptor) turned into an invokestatic of the method
+    of the same name in class `helper`, whose descriptor takes the receiver first (for an
+    invokevirtual): the same operands, so nothing else in the class moves.
+    UnsupportedClass unless there is exactly one such call."""
     owner_name, method_name, descriptor = target
     entries, count, end = _pool(data)
 
@@ -102,7 +106,7 @@ def redirect_call(data: bytes, target: tuple[str, str, str], helper: str,
             targets.append(index)
     if len(targets) != 1:
         raise UnsupportedClass(f"{len(targets)} references to {owner_name}.{method_name}")
-    call = struct.pack(">BH", _INVOKEVIRTUAL, targets[0])
+    call = struct.pack(">BH", opcode, targets[0])
     rest = data[end:]
     if rest.count(call) != 1:
         raise UnsupportedClass(f"{rest.count(call)} calls of {method_name}")
@@ -274,4 +278,84 @@ def unregister_helper_class() -> bytes:
     ])
     handler = struct.pack(">HHHH", 0, 23, 26, 33)  # [0, 23) -> 26, catching Exception
     return class_file(UNREGISTER_HELPER, pool, 6, 7, code, max_stack=4, max_locals=4,
+                      exceptions=handler, handlers=1)
+
+
+# ----------------------------------------------- the ApplicationMaster's heartbeat with YARN
+
+HEARTBEAT_HELPER = "com/anaconda/skein/FlinkyarnHeartbeat"
+HEARTBEAT_HELPER_FILE = f"{HEARTBEAT_HELPER}.class"
+HEARTBEAT_ENV = "FLINKYARN_YARN_HEARTBEAT_MS"
+
+
+def call_heartbeat_helper(application_master: bytes) -> bytes:
+    """skein's ApplicationMaster class with its one Math.max(II)I call, in
+
+        idleHeartbeat = Math.min(5000, Math.max(0, conf.getInt(
+            "yarn.am.liveness-monitor.expiry-interval-ms", 600000) / 2));
+
+    going to our helper: skein's allocator asks the ResourceManager for containers every
+    idleHeartbeat ms while none is pending (every min(1000, that) while one is), so a
+    request made while it sleeps waits up to 5 s for the next call."""
+    return redirect_call(application_master, ("java/lang/Math", "max", "(II)I"),
+                         HEARTBEAT_HELPER, "(II)I", opcode=_INVOKESTATIC)
+
+
+def heartbeat_helper_class() -> bytes:
+    """The class file of com.anaconda.skein.FlinkyarnHeartbeat: Math.max, capped by the
+    interval the AppMaster's environment gives (yarn.heartbeat.interval, in ms):
+
+        public static int max(int a, int b) {
+            int value = Math.max(a, b);
+            try {
+                return Math.min(value, Integer.parseInt(System.getenv(HEARTBEAT_ENV)));
+            } catch (Exception unset) {  // absent or not a number: skein's own
+                return value;
+            }
+        }
+    """
+    pool = [
+        _utf8("Code"),                                                # 5
+        _utf8("max"),                                                 # 6
+        _utf8("(II)I"),                                               # 7
+        _utf8("java/lang/Math"),                                      # 8
+        struct.pack(">BH", _CLASS, 8),                                # 9
+        struct.pack(">BHH", _NAME_AND_TYPE, 6, 7),                    # 10
+        struct.pack(">BHH", _METHODREF, 9, 10),                       # 11: Math.max
+        _utf8("min"),                                                 # 12
+        struct.pack(">BHH", _NAME_AND_TYPE, 12, 7),                   # 13
+        struct.pack(">BHH", _METHODREF, 9, 13),                       # 14: Math.min
+        _utf8(HEARTBEAT_ENV),                                         # 15
+        struct.pack(">BH", _STRING, 15),                              # 16
+        _utf8("java/lang/System"),                                    # 17
+        struct.pack(">BH", _CLASS, 17),                               # 18
+        _utf8("getenv"),                                              # 19
+        _utf8("(Ljava/lang/String;)Ljava/lang/String;"),              # 20
+        struct.pack(">BHH", _NAME_AND_TYPE, 19, 20),                  # 21
+        struct.pack(">BHH", _METHODREF, 18, 21),                      # 22: System.getenv
+        _utf8("java/lang/Integer"),                                   # 23
+        struct.pack(">BH", _CLASS, 23),                               # 24
+        _utf8("parseInt"),                                            # 25
+        _utf8("(Ljava/lang/String;)I"),                               # 26
+        struct.pack(">BHH", _NAME_AND_TYPE, 25, 26),                  # 27
+        struct.pack(">BHH", _METHODREF, 24, 27),                      # 28: Integer.parseInt
+        _utf8("java/lang/Exception"),                                 # 29
+        struct.pack(">BH", _CLASS, 29),                               # 30
+    ]
+    code = bytes([
+        0x1A, 0x1B,        # 0: iload_0, iload_1
+        0xB8, 0, 11,       # 2: invokestatic Math.max
+        0x3D,              # 5: istore_2 (value)
+        0x1C,              # 6: iload_2
+        0x12, 16,          # 7: ldc HEARTBEAT_ENV
+        0xB8, 0, 22,       # 9: invokestatic System.getenv
+        0xB8, 0, 28,       # 12: invokestatic Integer.parseInt
+        0xB8, 0, 14,       # 15: invokestatic Math.min
+        0xAC,              # 18: ireturn
+        0x57,              # 19: pop (the exception)
+        0x1C,              # 20: iload_2
+        0xAC,              # 21: ireturn
+    ])
+    handler = struct.pack(">HHHH", 6, 19, 19, 30)  # [6, 19) -> 19, catching Exception
+    return class_file(HEARTBEAT_HELPER, pool, 6, 7, code, max_stack=2, max_locals=3,
                       exceptions=handler, handlers=1)

@@ -34,7 +34,7 @@ from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import (APPMASTER_FILES, CA_FILE, CERT_FILE, FILES, KEY_FILE,
                                      TASKEXECUTOR_DIR, ClusterSecurity)
-from yarn_client import shipping
+from yarn_client import shipping, skein_attempts
 from yarn_client.rest_client import RestClient, RestError
 
 APPLICATION_TYPE = "flinkyarn"
@@ -325,6 +325,9 @@ class YarnClusterDescriptor:
         am_memory, _, _ = containers["AppMaster"]
         te_memory, te_vcores, _ = containers["TaskExecutor"]
         environment = {"PYTHONUNBUFFERED": "1"}
+        # Read by skein's ApplicationMaster, as patched (yarn_client/skein_attempts.py).
+        heartbeat = {skein_attempts.HEARTBEAT_ENV: str(max(1, round(
+            self.conf.get(options.YARN_HEARTBEAT_INTERVAL) * 1000)))}
         tags = {APPLICATION_TYPE, f"{APPLICATION_TYPE}-{mode}", *self.yarn.tags,
                 *(t for t in self.conf.get(options.YARN_TAGS).split(",") if t)}
         return skein.ApplicationSpec(
@@ -332,7 +335,7 @@ class YarnClusterDescriptor:
             max_attempts=self.conf.get(options.YARN_APPLICATION_ATTEMPTS),
             master=skein.Master(
                 resources=skein.Resources(memory=am_memory, vcores=1),
-                files=master_files, env=environment,
+                files=master_files, env={**environment, **heartbeat},
                 script=shipping.launch_script(shipment.runtime_python, python_path, versions, (
                     f"-m yarn_am.yarn_entrypoint --mode {mode} {job}{cleanup}"
                     f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "

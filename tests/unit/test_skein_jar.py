@@ -140,3 +140,56 @@ def test_the_helper_classes_pass_the_jvms_verifier_and_the_final_tracking_url_is
     assert result.stdout.splitlines() == [
         "SUCCEEDED with http://history:8082/applications/application_1_0001/",
         "FAILED without null"]
+
+
+HEARTBEAT_CHECK = """
+public class Check {
+    public static void main(String[] args) throws Exception {
+        // skein's idle heartbeat: min(5000, max(0, expiry / 2)), expiry 600000 by default.
+        int idle = Math.min(5000, com.anaconda.skein.FlinkyarnHeartbeat.max(0, 600000 / 2));
+        System.out.println(idle);
+    }
+}
+"""
+
+
+def test_skeins_application_master_takes_its_idle_heartbeat_from_our_helper(tmp_path):
+    """The ApplicationMaster's one Math.max call goes to our helper, in place; the helper,
+    loaded with every check on (-Xverify:all), caps skein's interval at the one the
+    AppMaster's environment names (yarn.heartbeat.interval) and keeps skein's without
+    one or with a garbled one."""
+    import os
+    import subprocess
+    import zipfile
+
+    import skein.core
+
+    from yarn_client import skein_attempts
+
+    with zipfile.ZipFile(skein.core._SKEIN_JAR) as jar:
+        original = jar.read("com/anaconda/skein/ApplicationMaster.class")
+    patched = skein_attempts.call_heartbeat_helper(original)
+    _, _, old_end = skein_attempts._pool(original)
+    _, _, end = skein_attempts._pool(patched)
+    before, after = original[old_end:], patched[end:]
+    assert len(before) == len(after)
+    differing = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    assert 1 <= len(differing) <= 2  # the invokestatic's constant-pool index alone
+    folder = tmp_path / "com" / "anaconda" / "skein"
+    folder.mkdir(parents=True)
+    (folder / "FlinkyarnHeartbeat.class").write_bytes(skein_attempts.heartbeat_helper_class())
+    (tmp_path / "Check.java").write_text(HEARTBEAT_CHECK)
+
+    def idle(value: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != skein_attempts.HEARTBEAT_ENV}
+        if value is not None:
+            env[skein_attempts.HEARTBEAT_ENV] = value
+        result = subprocess.run(["java", "-Xverify:all", "-cp", ".", "Check.java"], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout.strip()
+
+    assert idle("1000") == "1000"
+    assert idle("250") == "250"
+    assert idle(None) == "5000"
+    assert idle("soon") == "5000"
