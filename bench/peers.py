@@ -56,6 +56,7 @@ import time
 import uuid
 from datetime import date
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wordcount  # noqa: E402  (bench/wordcount.py: the corpus, PySpark's job, Timed)
@@ -392,29 +393,27 @@ def sessions(runs: int, base: str) -> dict:
         same("tiny job (Flink)", {"expected": EXPECTED_TINY, "flink": hdfs_csv_counts(sink)})
         return seconds
 
-    def session_ours() -> None:
-        seconds, output = timed([*FLINKYARN, "session", "start", "--name", f"peers {RUN}",
-                                 "-D", f"resourcemanager.taskmanager-timeout={KEEP_WORKERS}"], env)
+    def session(name: str, start: list[str], start_env: dict[str, str],
+                tiny: Callable[[str], float], stop: Callable[[str], object]) -> None:
+        seconds, output = timed(start, start_env)
         app_id = APP_ID.findall(output)[-1]
         try:
-            times["flinkyarn start"].append(seconds)
-            times["flinkyarn first job"].append(tiny_ours(app_id))
+            times[f"{name} start"].append(seconds)
+            times[f"{name} first job"].append(tiny(app_id))
             for _ in range(runs):
-                times["flinkyarn warm job"].append(tiny_ours(app_id))
+                times[f"{name} warm job"].append(tiny(app_id))
         finally:
-            subprocess.run([*FLINKYARN, "session", "stop", app_id], capture_output=True, cwd=REPO)
+            stop(app_id)
+
+    def session_ours() -> None:
+        session("flinkyarn", [*FLINKYARN, "session", "start", "--name", f"peers {RUN}", "-D",
+                              f"resourcemanager.taskmanager-timeout={KEEP_WORKERS}"], env,
+                tiny_ours, lambda app_id: subprocess.run(
+                    [*FLINKYARN, "session", "stop", app_id], capture_output=True, cwd=REPO))
 
     def session_flink() -> None:
-        seconds, output = timed([str(FLINK_HOME / "bin" / "yarn-session.sh"), "-d",
-                                 "-nm", f"peers {RUN}"], fenv)
-        app_id = APP_ID.findall(output)[-1]
-        try:
-            times["flink start"].append(seconds)
-            times["flink first job"].append(tiny_flink(app_id))
-            for _ in range(runs):
-                times["flink warm job"].append(tiny_flink(app_id))
-        finally:
-            kill(app_id)
+        session("flink", [str(FLINK_HOME / "bin" / "yarn-session.sh"), "-d", "-nm",
+                          f"peers {RUN}"], fenv, tiny_flink, kill)
 
     systems = [("flinkyarn", session_ours), ("flink", session_flink)]
     for index in range(runs):
