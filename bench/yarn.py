@@ -357,7 +357,7 @@ CONTAINER_STEPS = (  # (from, to, what happens in between)
     ("requested", "container requested",
      "driver: skein add_container call (gRPC to skein's AM)"),
     ("container requested", "allocated",
-     "the ask waits for skein AM's allocate heartbeat (5 s idle); RM allocates on it"),
+     "the ask waits for skein AM's allocate heartbeat (yarn.heartbeat.interval idle); RM allocates on it"),
     ("allocated", "acquired", "skein AM's next heartbeat (1 s, request pending) takes it"),
     ("acquired", "nm start request", "skein AM starts it at the NodeManager"),
     ("nm start request", "localized", "localization (certificates, scripts from HDFS)"),
