@@ -23,7 +23,9 @@ out, a shuffle, an aggregation, a join, Arrow to a DataFrame), lets the JVM exit
 renames the finished archive into place; a TaskExecutor that starts later maps it. One
 trainer at a time per archive (an exclusive lock file naming its process; a dead one's
 lock is taken over). A trainer that fails leaves ARCHIVE.failed beside its log, so the
-next TaskExecutors do not try again; remove it to retry.
+next TaskExecutors do not try again; remove it to retry. Each JVM that maps an archive
+touches it; a trainer that made one removes the archives nobody mapped for 30 days
+(another JDK's, another Spark's: some 180 MB each).
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ class SparkClassData:
         """The JVM options that map the archive; none, with a trainer started to make it,
         while there is none."""
         if self.archive.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(self.archive)  # in use: see remove_unused
             return [f"-XX:SharedArchiveFile={self.archive}", *QUIET]
         self.train_in_background()
         return []
@@ -218,6 +222,24 @@ def workload(spark, folder: Path) -> None:
     spark.read.parquet((folder / "output").as_uri()).orderBy("word").limit(5).collect()
 
 
+UNUSED_FOR = 30 * 24 * 3600.0
+
+
+def remove_unused(folder: Path, unused_for: float = UNUSED_FOR) -> list[Path]:
+    """Removes the archives no JVM mapped for `unused_for` seconds (each use touches its
+    archive), with their logs and markers: another JDK's, another Spark's, another
+    environment's. Returns the archives removed."""
+    removed = []
+    cutoff = time.time() - unused_for
+    for archive in folder.glob("spark-*.jsa"):
+        with contextlib.suppress(FileNotFoundError):
+            if archive.stat().st_mtime < cutoff:
+                for suffix in (".jsa", ".log", ".failed"):
+                    archive.with_suffix(suffix).unlink(missing_ok=True)
+                removed.append(archive)
+    return removed
+
+
 def train(archive: Path) -> None:
     """Makes `archive` (see the module's text); removes the lock in the end."""
     from pyspark import SparkContext
@@ -242,6 +264,8 @@ def train(archive: Path) -> None:
                                    f"archive")
         os.replace(partial, archive)
         print(f"written: {archive} ({archive.stat().st_size >> 20} MB)", flush=True)
+        for removed in remove_unused(archive.parent):
+            print(f"removed unused {removed}", flush=True)
     except BaseException as error:
         if process is not None and process.poll() is None:
             process.kill()  # no half-made archive after this process

@@ -123,3 +123,15 @@ def test_a_fresh_empty_lock_is_a_trainer_starting_and_an_old_one_is_stale(tmp_pa
     os.utime(data.lock, (0, 0))  # a process that died between the two
     assert data.train_in_background()
     os.kill(int(data.lock.read_text()), 9)
+
+
+def test_a_mapped_archive_is_touched_and_ones_unused_for_a_month_are_removed(tmp_path, trainers):
+    used, unused = SparkClassData(tmp_path, "used"), SparkClassData(tmp_path, "old")
+    for data in (used, unused):
+        data.archive.write_bytes(b"archive")
+        data.archive.with_suffix(".log").write_text("written")
+        os.utime(data.archive, (0, 0))
+    used.java_options()  # a JVM maps it: touched
+    assert spark_cds.remove_unused(tmp_path) == [unused.archive]
+    assert used.archive.exists() and used.archive.with_suffix(".log").exists()
+    assert not unused.archive.exists() and not unused.archive.with_suffix(".log").exists()
