@@ -37,11 +37,22 @@ def spark_home(monkeypatch, tmp_path):
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)
     java.write_text("#!/bin/sh\n")
-    monkeypatch.setattr("pyspark.find_spark_home._find_spark_home", lambda: str(home))
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     for name in spark_cds.CLASS_PATH_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPARK_HOME", str(home))
     return home
+
+
+def test_without_spark_home_the_installed_pyspark_is_found_without_importing_it(monkeypatch):
+    import sys
+
+    import pyspark
+
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.delitem(sys.modules, "pyspark")
+    assert spark_cds.spark_home() == Path(pyspark.__file__).parent
+    assert "pyspark" not in sys.modules
 
 
 def test_the_key_changes_with_a_jar_the_jdk_or_the_class_path_environment(spark_home, monkeypatch):
