@@ -162,6 +162,19 @@ def test_slot_report_frees_a_slot_whose_free_slot_message_was_lost():
     assert sm.report_slot_status(TE1, report(TE1, {1: "a2"}), now=10) == [allocate(TE1, 0, "a3")]
 
 
+def test_a_report_asked_for_before_an_acknowledgement_does_not_free_that_slot():
+    sm = manager()
+    sm.register_task_executor(TE1, report(TE1), now=0)
+    sm.request_slot(request("a1"), now=1)
+    sm.allocation_acknowledged(AllocationID("a1"), now=3)
+    # Asked at 2, answered after the ack: made before the TaskExecutor took the slot.
+    assert sm.report_slot_status(TE1, report(TE1), now=4, requested_at=2) == []
+    assert states(sm, TE1) == [("allocated", "a1"), ("free", None)]
+    # Asked after the ack: the truth, the slot is free (its free_slot was lost).
+    sm.report_slot_status(TE1, report(TE1), now=5, requested_at=4)
+    assert states(sm, TE1) == [("free", None), ("free", None)]
+
+
 def test_slot_report_keeps_a_young_in_flight_allocation_and_records_a_reordered_one():
     sm = manager(slot_request_timeout=300.0)
     sm.register_task_executor(TE1, report(TE1), now=0)

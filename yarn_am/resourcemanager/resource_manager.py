@@ -127,10 +127,12 @@ class ResourceManager(RpcEndpoint):
         self.job_leader_id: Callable[[JobID], JobMasterId | None] | None = None
         timeout = config.heartbeat.timeout
         threshold = config.heartbeat.rpc_failure_threshold
+        # When each TaskExecutor was last asked for a heartbeat: its answer's slot report
+        # was made after that, and may predate an allocation acknowledged since.
+        self._te_asked: dict[ResourceID, float] = {}
         self._te_heartbeats: HeartbeatManager[SlotReport, HeartbeatRequest] = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._task_executor_timed_out,
-            on_payload=self._slot_report_received,
-            payload_for=lambda _rid: HeartbeatRequest(self.resource_id),
+            on_payload=self._slot_report_received, payload_for=self._heartbeat_request,
             rpc_failure_threshold=threshold, on_unreachable=self._task_executor_unreachable)
         self._jm_heartbeats: HeartbeatManager[Ack, HeartbeatRequest] = HeartbeatManager(
             self.resource_id, timeout, self._clock, on_timeout=self._job_master_timed_out,
@@ -267,10 +269,15 @@ class ResourceManager(RpcEndpoint):
         purpose = f"{request.purpose} (TaskExecutor {request.resource_id})"
         return ApplicationTokens(await self.obtain_application_tokens(purpose))
 
+    def _heartbeat_request(self, resource_id: ResourceID) -> HeartbeatRequest:
+        self._te_asked[resource_id] = self._clock.monotonic()
+        return HeartbeatRequest(self.resource_id)
+
     def _slot_report_received(self, resource_id: ResourceID, report: SlotReport) -> None:
         if resource_id in self.task_executors:
-            self._execute(self.slot_manager.report_slot_status(resource_id, report,
-                                                               self._clock.monotonic()))
+            self._execute(self.slot_manager.report_slot_status(
+                resource_id, report, self._clock.monotonic(),
+                requested_at=self._te_asked.get(resource_id)))
 
     def _task_executor_timed_out(self, resource_id: ResourceID) -> None:
         self._close_task_executor_connection(resource_id, "heartbeat timed out", reconnect=True)
@@ -285,6 +292,7 @@ class ResourceManager(RpcEndpoint):
             return
         log.warning("closing the connection to TaskExecutor %s: %s", resource_id, cause)
         self._te_heartbeats.unmonitor_target(resource_id)
+        self._te_asked.pop(resource_id, None)
         self._execute(self.slot_manager.unregister_task_executor(resource_id, cause,
                                                                  self._clock.monotonic()))
         if reconnect:
@@ -428,6 +436,7 @@ class ResourceManager(RpcEndpoint):
                 case ReleaseWorker(resource_id=resource_id, cause=cause):
                     self.task_executors.pop(resource_id, None)
                     self._te_heartbeats.unmonitor_target(resource_id)
+                    self._te_asked.pop(resource_id, None)
                     self.driver.release_worker(resource_id, cause)
                 case FailSlotRequest():
                     self.spawn(self._fail_request(command), f"fail-{command.allocation_id}")

@@ -106,6 +106,7 @@ class _Slot:
     allocation_id: AllocationID | None = None
     job_id: JobID | None = None
     pending_since: float = 0.0  # when the AllocateSlot in flight was sent
+    acknowledged_at: float | None = None  # when the TaskExecutor's ack of it arrived
 
 
 @dataclass(slots=True)
@@ -230,6 +231,7 @@ class SlotManager:
         if found is not None:
             te, slot = found
             self._record_allocation(slot, allocation_id, slot.job_id)
+            slot.acknowledged_at = now
             self._update_idle(te, now)
         return []
 
@@ -247,10 +249,12 @@ class SlotManager:
         return self._serve_waiting(now)
 
     def report_slot_status(self, resource_id: ResourceID, slot_report: SlotReport,
-                           now: float) -> list[Command]:
+                           now: float, requested_at: float | None = None) -> list[Command]:
         """Reconcile with the TaskExecutor's heartbeat payload, the truth about its slots,
         except that an AllocateSlot younger than the slot request timeout may not have
-        arrived yet."""
+        arrived yet, and that a report asked for (`requested_at`) before an allocation's
+        acknowledgement arrived may have been made before the TaskExecutor took it: such a
+        report's "free" does not undo the allocation (the next report's does)."""
         te = self._task_executors.get(resource_id)
         if te is None:
             return []
@@ -262,7 +266,10 @@ class SlotManager:
             if status.allocation_id is None:
                 in_flight = (slot.state == "pending"
                              and now - slot.pending_since < self._slot_request_timeout)
-                if slot.state != "free" and not in_flight:
+                older = (slot.state == "allocated" and requested_at is not None
+                         and slot.acknowledged_at is not None
+                         and requested_at < slot.acknowledged_at)
+                if slot.state != "free" and not in_flight and not older:
                     self._return_request(slot)
                     self._set(slot, "free")
             elif slot.state != "allocated" or slot.allocation_id != status.allocation_id:
@@ -460,6 +467,7 @@ class SlotManager:
     def _set(slot: _Slot, state: SlotState, allocation_id: AllocationID | None = None,
              job_id: JobID | None = None) -> None:
         slot.state, slot.allocation_id, slot.job_id = state, allocation_id, job_id
+        slot.acknowledged_at = None
 
     @staticmethod
     def _update_idle(te: _TaskExecutor, now: float) -> None:
