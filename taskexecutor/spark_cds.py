@@ -124,12 +124,16 @@ class SparkClassData:
 
     def java_options(self) -> list[str]:
         """The JVM options that map the archive; none, with a trainer started to make it,
-        while there is none."""
+        while there is none. A folder this process cannot write only costs the archive."""
         if self.archive.is_file():
             with contextlib.suppress(OSError):
                 os.utime(self.archive)  # in use: see remove_unused
             return [f"-XX:SharedArchiveFile={self.archive}", *QUIET]
-        self.train_in_background()
+        try:
+            self.train_in_background()
+        except OSError as error:
+            log.warning("no class-data archive for the Spark JVM: cannot make one in %s: %s",
+                        self.folder, error)
         return []
 
     def train_in_background(self) -> bool:

@@ -146,3 +146,10 @@ def test_a_mapped_archive_is_touched_and_ones_unused_for_a_month_are_removed(tmp
     assert spark_cds.remove_unused(tmp_path) == [unused.archive]
     assert used.archive.exists() and used.archive.with_suffix(".log").exists()
     assert not unused.archive.exists() and not unused.archive.with_suffix(".log").exists()
+
+
+def test_a_folder_that_cannot_be_written_costs_the_archive_not_the_session(tmp_path, trainers):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    assert SparkClassData(blocked / "spark-cds", "k5").java_options() == []
+    assert not trainers.started
