@@ -269,6 +269,17 @@ def class_data_archive(env: dict[str, str]) -> None:
                     "data and print(data.ensure())"], env=env, cwd=REPO, check=True)
 
 
+def alternating(systems: list, runs: int, what: str, times: dict[str, list[float]]):
+    """`runs` rounds of one timed run of each system, recorded in `times`; the round's
+    first system rotates. Yields after each round (for its output check)."""
+    for index in range(runs):
+        first = index % len(systems)
+        for name, run in systems[first:] + systems[:first]:
+            times[name].append(run())
+            say(f"  {what}, run {index + 1}: {name} {times[name][-1]:.1f} s")
+        yield index
+
+
 def warm_up(systems: list) -> None:
     """One untimed run of each: flinkyarn's first run on YARN fills its HDFS cache (the
     environment, the code), every system's first run the page cache with its jars."""
@@ -305,10 +316,7 @@ def local_wordcount(runs: int) -> dict:
     systems = [("flinkyarn", ours), ("pyflink", pyflink), ("pyspark", pyspark)]
     class_data_archive(env)
     warm_up(systems)
-    for index in range(runs):
-        for name, run in systems[index % 3:] + systems[:index % 3]:
-            times[name].append(run())
-            say(f"  local wordcount, run {index + 1}: {name} {times[name][-1]:.1f} s")
+    for _ in alternating(systems, runs, "local wordcount", times):
         checked = same("local wordcount", {
             "flinkyarn": parquet_counts(str(work / "flinkyarn"), "word"),
             "pyflink": local_csv_counts(work / "pyflink"),
@@ -354,10 +362,7 @@ def per_job_wordcount(runs: int, base: str) -> dict:
 
     systems = [("flinkyarn", ours), ("flink", flink)]
     warm_up(systems)
-    for index in range(runs):
-        for name, run in systems[index % 2:] + systems[:index % 2]:
-            times[name].append(run())
-            say(f"  per-job wordcount on YARN, run {index + 1}: {name} {times[name][-1]:.1f} s")
+    for _ in alternating(systems, runs, "per-job wordcount on YARN", times):
         checked = same("per-job wordcount", {
             "flinkyarn": parquet_counts(f"{base}/out-flinkyarn", "word"),
             "flink": hdfs_csv_counts(f"{base}/out-flink")})
