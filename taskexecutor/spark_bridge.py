@@ -158,13 +158,14 @@ class SparkSessionProvider:
         when the session starts, so a TaskExecutor that never runs Spark is not refused."""
         return SparkMemoryBudget.of(self.memory_bytes)
 
-    def spark_conf(self) -> dict[str, str]:
-        """The settings the session starts with. Times are UTC in every container."""
+    def spark_conf(self, extra_java_options: Sequence[str] = ()) -> dict[str, str]:
+        """The settings the session starts with (its JVM with `extra_java_options` too).
+        Times are UTC in every container."""
         java_options = [*shlex.split(_spark_defaults().get("spark.driver.extraJavaOptions", "")),
                          f"-Djava.io.tmpdir={self.java_tmp_dir}",
                          f"-Dlog4j2.configurationFile=file:{self.tmp_dir / 'log4j2.properties'}",
                          # hsperfdata would go to /tmp whatever java.io.tmpdir says
-                         "-XX:-UsePerfData", *self.java_options]
+                         "-XX:-UsePerfData", *self.java_options, *extra_java_options]
         conf = {
             "spark.master": f"local[{self.cores}]",
             "spark.app.name": "flinkyarn-taskexecutor",
@@ -256,13 +257,10 @@ class SparkSessionProvider:
         # Spark's Python workers (UDFs) run this interpreter, with its virtualenv.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        conf = self.spark_conf()
-        if self.class_data is not None:
-            archive = self.class_data.java_options()  # or a trainer starts to make one
-            conf["spark.driver.extraJavaOptions"] = shlex.join(
-                [*shlex.split(conf["spark.driver.extraJavaOptions"]), *archive])
+        # The archive's options, or none while a trainer starts to make one.
+        archive = self.class_data.java_options() if self.class_data is not None else []
         builder = SparkSession.builder
-        for key, value in conf.items():
+        for key, value in self.spark_conf(archive).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")
