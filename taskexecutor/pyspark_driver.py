@@ -60,6 +60,7 @@ from flinkyarn import hadoop, kerberos, options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
 from taskexecutor.pyspark_launcher import SCRIPT_STARTS
+from taskexecutor.reaper import REAPER, group_alive
 from taskexecutor.task import TaskCancelled
 
 if TYPE_CHECKING:
@@ -454,6 +455,7 @@ class PySparkDriver:
                      str(script), *self.script.args],
                     cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, process_group=0)
+                REAPER.watch_group(process.pid)
             self._drive(process, log_folder / f"pyspark-{self.context.job_id}.log",
                         warm is not None)
         finally:
@@ -520,10 +522,11 @@ class PySparkDriver:
             time.sleep(0.05)
         exited = time.monotonic()
         with contextlib.suppress(retry.GaveUp):
-            retry.poll_until(lambda: not _group_alive(process.pid), bool,
+            retry.poll_until(lambda: not group_alive(process.pid), bool,
                              pauses=retry.Backoff.fixed(0.05), deadline=retry.Deadline(
                                  0 if self.context.is_cancelled() else self._grace()))
         _signal_group(process.pid, signal.SIGKILL)
+        REAPER.forget_group(process.pid)
         log.info("%s: the driver exited (status %s); its JVM and workers %.2f s later",
                  self.script.name, process.returncode, time.monotonic() - exited)
         return process.returncode
@@ -571,29 +574,3 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs. A zombie does not count: the
-    driver's JVM, orphaned when the driver exits, is reaped by whatever adopts it (init,
-    which may take a second or more), and holds nothing but its process table entry."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        entries = os.listdir("/proc")
-    except OSError:  # no procfs: whatever is in the group counts
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
-                fields = stat.read().rpartition(b")")[2].split()
-        except OSError:  # gone meanwhile
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False

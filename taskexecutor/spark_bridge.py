@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.scratch import ProcessScratch
+from taskexecutor.reaper import REAPER
 from taskexecutor.spark_cds import SparkClassData
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
@@ -263,6 +264,9 @@ class SparkSessionProvider:
         for key, value in self.spark_conf(archive).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
+        jvm = getattr(session.sparkContext._gateway, "proc", None)  # None if pyspark's JVM was there before
+        if jvm is not None:
+            REAPER.watch_process(jvm.pid)
         session.sparkContext.setLogLevel("WARN")
         make_active(session)
         return session

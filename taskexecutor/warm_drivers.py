@@ -63,6 +63,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkSettings
 from taskexecutor.pyspark_driver import (PySparkScriptFailed, driver_conf,
                                           driver_environment, log_dir)
+from taskexecutor.reaper import REAPER
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class WarmDriver:
                 self.process.stdin.close()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        REAPER.forget_group(self.process.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
         for stream in (self.process.stdout, self.process.stderr):
@@ -156,6 +158,7 @@ class WarmDrivers:
         process = subprocess.Popen(self.command, cwd=folder / "work", env=env,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, process_group=0)
+        REAPER.watch_group(process.pid)
         driver = WarmDriver(process, folder, conf, env)
         with self._lock:
             if not self._closed:

@@ -53,6 +53,7 @@ def skein_client(hadoop):
 SESSION_MARK = "FLINKYARN_TEST_SESSION"
 OUR_MODULES = ("yarn_am", "taskexecutor")   # and submodules: -m taskexecutor.pyspark_launcher
 SPARK_JVM = "org.apache.spark."             # the main class of a JVM that pyspark starts
+REAPER = "taskexecutor.reaper"             # python -m taskexecutor.reaper GRACE
 OUR_FOLDERS = "flinkyarn-*"                 # flinkyarn/scratch.py, yarn_client/: mkdtemp prefixes
 LEFTOVER_GRACE = 10.0                       # seconds for processes in their shutdown to end
 
@@ -106,9 +107,11 @@ def _leftovers(session: pytest.Session) -> list[str]:
     token, temp, processes_before, folders_before = session.config.stash[_before]
     processes = _processes()
     # The Spark JVM of this very process (the in-process Spark of tests/local/test_spark_
-    # bridge.py: pyspark keeps its gateway until the interpreter exits) ends with it.
-    processes = [p for p in processes if not (p.parent == os.getpid()
-                                              and any(a.startswith(SPARK_JVM) for a in p.argv))]
+    # bridge.py: pyspark keeps its gateway until the interpreter exits) ends with it, and
+    # so does the reaper that watches that JVM (taskexecutor/reaper.py).
+    processes = [p for p in processes if not (
+        p.parent == os.getpid() and (any(a.startswith(SPARK_JVM) for a in p.argv)
+                                     or p.argv[-2:-1] == [REAPER]))]
     ours = [p for p in processes if p.is_ours_kind() and (p.pid, p.started) not in processes_before
             and (p.environ.get(SESSION_MARK) == token
                  or (SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ))]
@@ -116,8 +119,18 @@ def _leftovers(session: pytest.Session) -> list[str]:
     elsewhere = " ".join(" ".join(p.argv) + " " + p.environ.get("TMPDIR", "") for p in processes
                          if p.environ.get(SESSION_MARK) != token)
     folders = [f for f in set(temp.glob(OUR_FOLDERS)) - folders_before if str(f) not in elsewhere]
-    return [f"process {p.pid}: {_shortened(' '.join(p.argv))}" for p in ours] + \
+    return [f"process {p.pid}{_where(p)}: {_shortened(' '.join(p.argv))}" for p in ours] + \
         [f"in {temp}: {f.name}" for f in sorted(folders)]
+
+
+def _where(process: _Process) -> str:
+    """Where a leftover ran (its YARN container) and what (a JVM's main class and
+    arguments, which a long class path hides from a shortened command line)."""
+    where = f" in {process.environ['CONTAINER_ID']}" if "CONTAINER_ID" in process.environ else ""
+    main = [i for i, arg in enumerate(process.argv) if arg.startswith(SPARK_JVM)]
+    if main:
+        where += f" running {_shortened(' '.join(process.argv[main[0]:]), 200)}"
+    return where
 
 
 def _shortened(command: str, most: int = 300) -> str:

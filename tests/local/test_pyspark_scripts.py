@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -147,7 +148,7 @@ sys.exit(int(sys.argv[3]))
 def test_two_scripts_side_by_side_exit_status_and_cancel(tmp_path):
     """One TaskExecutor of two slots runs two drivers at once, each with its own
     SparkContext; exit status 3 fails its job and names the status; a cancelled driver
-    leaves no process behind."""
+    leaves no process behind, nor does a driver whose TaskExecutor is killed."""
     from yarn_client.local_cluster import LocalCluster
     from yarn_client.rest_client import RestClient  # noqa: F401 (the cluster's client)
     from yarn_client.programs import pyspark_job_graph
@@ -194,6 +195,47 @@ def test_two_scripts_side_by_side_exit_status_and_cancel(tmp_path):
         wait_for(lambda: processes_mentioning("slow.py") == [], timeout=10,
                  what="no driver left")
         assert processes_mentioning("org.apache.spark.deploy.SparkSubmit") == []
+
+        # Its TaskExecutor killed (no word to the driver) while the driver's JVM does not
+        # end by itself (here it never sees the end of its input; stuck in a shutdown
+        # hook in CI once): the driver's group, apart from the TaskExecutor's, still
+        # ends (taskexecutor/reaper.py).
+        holding = tmp_path / "holding.py"
+        holding.write_text(HOLDING_SCRIPT)
+        fourth = rest.submit(pyspark_job_graph(holding, (), settings))
+        wait_for(lambda: "started holding" in printed(fourth), timeout=120, what="fourth started")
+        [launcher] = [int(line.split(":")[0]) for line in processes_mentioning("holding.py")]
+        executor = int(Path(f"/proc/{launcher}/cmdline").read_bytes().split(b"\0")[3])
+        left = [int(line.split(":")[0]) for line in processes_mentioning("SparkSubmit")
+                + processes_mentioning("sleep 600")
+                if parent_of(int(line.split(":")[0])) == launcher]
+        assert len(left) == 2, left  # the JVM and the child that holds its input
+        os.kill(executor, signal.SIGKILL)
+        wait_for(lambda: all(parent_of(pid) is None for pid in (launcher, *left)), timeout=30,
+                 what="the killed TaskExecutor's driver, its JVM and its child gone")
+        wait_for(lambda: rest.job(fourth).status == "FAILED", timeout=60, what="fourth failed")
+        assert "process killed by SIGKILL" in rest.job(fourth).failure_cause
+
+
+HOLDING_SCRIPT = """\
+import subprocess, time
+from pyspark import SparkContext
+sc = SparkContext(appName="holding")
+# A child in the driver's group holds its JVM's input open: when the driver dies, the
+# JVM does not see the end of its input.
+subprocess.Popen(["sleep", "600"], pass_fds=[sc._gateway.proc.stdin.fileno()])
+print("started holding", flush=True)
+time.sleep(600)
+"""
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of a running process; None if it is gone (or a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in (b"Z", b"X") else int(fields[1])
 
 
 def test_a_failing_script_fails_its_job_with_its_traceback(tmp_path):

@@ -4,8 +4,6 @@ attached client prints of it, spark-submit's options, and the driver's helpers."
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +13,7 @@ from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
 from taskexecutor import pyspark_launcher
-from taskexecutor.pyspark_driver import (PySparkDriver, _group_alive, last_traceback,
+from taskexecutor.pyspark_driver import (PySparkDriver, last_traceback,
                                           log4j2_properties, proxied, submit_args)
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
@@ -155,29 +153,6 @@ def test_an_unmanaged_spark_am_is_linked_through_the_proxy(monkeypatch):
     assert proxied(managed) == managed
     accepted = {"id": "application_1_0004", "unmanagedApplication": True, "trackingUrl": ""}
     assert proxied(accepted) == accepted  # not registered yet: nothing to link
-
-
-def test_a_driver_group_of_zombies_has_ended():
-    """A driver's JVM outlives the driver by a moment and is then a zombie until whatever
-    adopted it reaps it; the task must not wait for that."""
-    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                               process_group=0)
-    ended = subprocess.Popen([sys.executable, "-c", "pass"], process_group=0)
-    try:
-        assert _group_alive(running.pid)
-        # `ended` exits and stays a zombie of its group until this process waits for it.
-        def zombie() -> bool:
-            with open(f"/proc/{ended.pid}/stat") as stat:
-                return stat.read().rpartition(")")[2].split()[0] == "Z"
-
-        retry.poll_until(zombie, bool, pauses=retry.Backoff.fixed(0.01),
-                         deadline=retry.Deadline(30))
-        assert not _group_alive(ended.pid)
-    finally:
-        running.kill()
-        running.wait()
-        ended.wait()
-    assert not _group_alive(ended.pid) and not _group_alive(running.pid)
 
 
 @pytest.mark.parametrize("master, on_yarn", [("yarn", True), ("local", False),

@@ -19,6 +19,7 @@ import pytest
 
 import local_hadoop
 from flinkyarn import hadoop
+from taskexecutor.reaper import group_alive
 from tests.local.conftest import processes_mentioning, wait_for
 from tests.yarn.test_shipping_on_yarn import application_logs, flinkyarn
 from yarn_client import yarn_cluster
@@ -315,12 +316,6 @@ def warm_drivers() -> set[int]:
     """Process ids of the warm drivers (python -m taskexecutor.pyspark_launcher PID --warm)."""
     return {int(p.split(":")[0]) for p in processes_mentioning("taskexecutor.pyspark_launcher")
             if p.split()[-1] == "--warm"}
-
-
-def group_alive(pgid: int) -> bool:
-    from taskexecutor.pyspark_driver import _group_alive
-
-    return _group_alive(pgid)
 
 
 def test_local_scripts_run_in_warm_drivers_as_in_drivers_of_their_own(hadoop, tmp_path):
