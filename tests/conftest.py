@@ -156,3 +156,32 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     else:
         print(message, file=sys.stderr)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ------------------------------------------------ where the suite's time goes
+#
+# The suite should stay under 30 minutes on a 2-core machine: after the run, the time
+# of each tier and of the slowest modules (setup, call and teardown summed), so that a
+# CI log says which part grew.
+
+_module_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _module_seconds:
+        return
+    tiers: dict[str, float] = {}
+    for module, seconds in _module_seconds.items():
+        tier = "/".join(module.split("/")[:2])
+        tiers[tier] = tiers.get(tier, 0.0) + seconds
+    terminalreporter.write_sep("=", "time by tier and module")
+    for tier, seconds in sorted(tiers.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds / 60:6.1f} min  {tier}")
+    slowest = sorted(_module_seconds.items(), key=lambda item: -item[1])[:15]
+    for module, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:6.0f} s    {module}")
