@@ -53,7 +53,8 @@ def skein_client(hadoop):
 SESSION_MARK = "FLINKYARN_TEST_SESSION"
 OUR_MODULES = ("yarn_am", "taskexecutor")   # and submodules: -m taskexecutor.pyspark_launcher
 SPARK_JVM = "org.apache.spark."             # the main class of a JVM that pyspark starts
-REAPER = "taskexecutor.reaper"             # python -m taskexecutor.reaper GRACE
+REAPER = "taskexecutor.reaper"              # python -m taskexecutor.reaper GRACE
+CLUSTER_TIERS = ("tests/yarn/", "tests/yarn_secure/")  # integration/run-tests: the rest beside
 OUR_FOLDERS = "flinkyarn-*"                 # flinkyarn/scratch.py, yarn_client/: mkdtemp prefixes
 LEFTOVER_GRACE = 10.0                       # seconds for processes in their shutdown to end
 
@@ -112,9 +113,12 @@ def _leftovers(session: pytest.Session) -> list[str]:
     processes = [p for p in processes if not (
         p.parent == os.getpid() and (any(a.startswith(SPARK_JVM) for a in p.argv)
                                      or p.argv[-2:-1] == [REAPER]))]
+    # A container's process is this session's if it ran tests that use the cluster
+    # (integration/run-tests runs the others beside them, in another session).
+    on_cluster = any(item.nodeid.startswith(CLUSTER_TIERS) for item in session.items)
     ours = [p for p in processes if p.is_ours_kind() and (p.pid, p.started) not in processes_before
             and (p.environ.get(SESSION_MARK) == token
-                 or (SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ))]
+                 or (on_cluster and SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ))]
     # A folder that a live process not of this session names (argv, TMPDIR) is its own.
     elsewhere = " ".join(" ".join(p.argv) + " " + p.environ.get("TMPDIR", "") for p in processes
                          if p.environ.get(SESSION_MARK) != token)
