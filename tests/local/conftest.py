@@ -13,6 +13,7 @@ import pytest
 from flinkyarn import retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity
+from tests.conftest import SESSION_MARK
 from tests.local import jobs
 from yarn_client.local_cluster import LocalCluster
 
@@ -93,7 +94,11 @@ def task_executor_process(resource_id: str) -> int:
     raise LookupError(f"no process for TaskExecutor {resource_id}")
 
 
-def processes_mentioning(text: str) -> list[str]:
+def processes_mentioning(text: str, containers: bool = False) -> list[str]:
+    """"PID: command line" of each running process of this test session (its mark in the
+    environment: tests/conftest.py) whose command line holds `text`; with `containers`,
+    of YARN containers too. integration/run-tests runs another session beside this one."""
+    mark = f"{SESSION_MARK}={os.environ.get(SESSION_MARK)}".encode()
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -101,8 +106,11 @@ def processes_mentioning(text: str) -> list[str]:
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (proc / "stat").read_text().split()[2]
+            if text not in cmdline or state == "Z":
+                continue
+            environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if text in cmdline and state != "Z":
+        if mark in environ or (containers and any(v.startswith(b"CONTAINER_ID=") for v in environ)):
             found.append(f"{proc.name}: {cmdline}")
     return found

@@ -221,13 +221,13 @@ def test_exit_status_fails_the_job_and_cancel_leaves_nothing(session, tmp_path):
         job_id, spark_app = running_spark_application(session, "waits.py")
         wait_for(lambda: yarn_cluster.application_report(spark_app)["state"] == "RUNNING", 120,
                  "its Spark application running", poll=1.0)
-        assert processes_mentioning("waits.py")
+        assert processes_mentioning("waits.py", containers=True)
         cancel(session, job_id, client)
     finally:
         client.kill()
     report = yarn_cluster.wait_for_end(spark_app, 60)
     assert report["state"] in ("KILLED", "FINISHED"), report
-    assert processes_mentioning("waits.py") == []
+    assert processes_mentioning("waits.py", containers=True) == []
     wait_for(lambda: not running_containers(spark_app), 60, "no container of the Spark "
              "application running", poll=1.0)
 
@@ -283,7 +283,7 @@ def test_a_driver_lost_with_its_taskexecutor_takes_its_spark_application_along(s
     try:
         _, spark_app = running_spark_application(session, "orphan.py")
         # The driver: python -m taskexecutor.pyspark_launcher TASKEXECUTOR_PID SCRIPT
-        [driver] = [p for p in processes_mentioning("pyspark_launcher") if "orphan.py" in p]
+        [driver] = [p for p in processes_mentioning("pyspark_launcher", containers=True) if "orphan.py" in p]
         words = driver.split()
         task_executor = int(words[words.index("taskexecutor.pyspark_launcher") + 1])
         os.killpg(int(driver.split(":")[0]), signal.SIGKILL)  # the driver leads its group
@@ -296,7 +296,7 @@ def test_a_driver_lost_with_its_taskexecutor_takes_its_spark_application_along(s
     assert report["state"] == "KILLED", report
     wait_for(lambda: not running_containers(spark_app), 60, "no container of the Spark "
              "application running", poll=1.0)
-    assert processes_mentioning("orphan.py") == []
+    assert processes_mentioning("orphan.py", containers=True) == []
 
 
 PROBE = """\
@@ -314,7 +314,8 @@ sc.stop()
 
 def warm_drivers() -> set[int]:
     """Process ids of the warm drivers (python -m taskexecutor.pyspark_launcher PID --warm)."""
-    return {int(p.split(":")[0]) for p in processes_mentioning("taskexecutor.pyspark_launcher")
+    return {int(p.split(":")[0])
+            for p in processes_mentioning("taskexecutor.pyspark_launcher", containers=True)
             if p.split()[-1] == "--warm"}
 
 
