@@ -69,7 +69,7 @@ def container_processes(container_id: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("kills, window", [(1, "10 s"), (2, "60 s"), (2, "1 s")])
+@pytest.mark.parametrize("kills, window", [(1, "10 s"), (2, "10 min"), (2, "1 s")])
 def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactly(
         tmp_path, kills, window):
     """Killed once, the job finishes in attempt 2. Killed in attempt 2 again within
@@ -107,7 +107,7 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
     user = os.environ.get("USER") or "root"
     # The job store went with the application (or with the client, after the last kill).
     assert not hadoop.hdfs().exists(f"/user/{user}/.flinkyarn/ha/{app_id}")
-    if kills == 2 and window == "60 s":
+    if kills == 2 and window == "10 min":  # ample: attempt 2 takes a minute or more under load
         assert client.returncode == 1, stderr[-3000:]
         assert (report["state"], report["finalStatus"]) == ("FAILED", "FAILED")
         assert re.search(rf"appattempt_{app_id.removeprefix('application_')}_000002 exited "
