@@ -92,7 +92,8 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
         app_id = app["id"]
         for attempt in range(1, kills + 1):
             # Tasks run: the AppMaster's REST API says so, the attempt's own.
-            wait_for(lambda attempt=attempt: tasks_running(app_id, attempt=attempt), 120,
+            # The suite's first submit packs and ships the environment, beside the local tier.
+            wait_for(lambda attempt=attempt: tasks_running(app_id, attempt=attempt), 300,
                      f"the job's tasks to run in attempt {attempt}", poll=0.2)
             master = f"container_{app_id.removeprefix('application_')}_{attempt:02d}_000001"
             killed = container_processes(master)
