@@ -44,7 +44,7 @@ GRACE_S = 8.0
 hooks take a second or two; a JVM still running after this is stuck."""
 
 
-def _stat(pid: int) -> list[bytes] | None:
+def proc_stat(pid: int) -> list[bytes] | None:
     """The fields of /proc/PID/stat after the command name (the first is the state), or
     None if there is no such process."""
     try:
@@ -58,7 +58,7 @@ def _stat(pid: int) -> list[bytes] | None:
 def start_time(pid: int) -> str | None:
     """When process `pid` started (clock ticks since boot), or None if it is gone or a
     zombie."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     if fields is None or len(fields) < 20 or fields[0] in (b"Z", b"X"):
         return None
     return fields[19].decode()
@@ -78,7 +78,7 @@ def group_alive(pgid: int) -> bool:
         return True
     for entry in entries:
         if entry.isdigit():
-            fields = _stat(int(entry))
+            fields = proc_stat(int(entry))
             if fields is not None and len(fields) > 2 and int(fields[2]) == pgid \
                     and fields[0] not in (b"Z", b"X"):
                 return True

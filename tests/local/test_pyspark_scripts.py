@@ -17,6 +17,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from taskexecutor.reaper import proc_stat
 from tests.local.conftest import processes_mentioning, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,11 +232,8 @@ time.sleep(600)
 
 def parent_of(pid: int) -> int | None:
     """The parent of a running process; None if it is gone (or a zombie)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
-    except OSError:
-        return None
-    return None if fields[0] in (b"Z", b"X") else int(fields[1])
+    fields = proc_stat(pid)
+    return None if fields is None or fields[0] in (b"Z", b"X") else int(fields[1])
 
 
 def test_a_failing_script_fails_its_job_with_its_traceback(tmp_path):
