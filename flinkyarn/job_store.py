@@ -34,6 +34,11 @@ class Leader(msgspec.Struct, frozen=True):
     dashboard_url: str
 
 
+# Left in the AppMaster's working folder when its end is the application's, whatever
+# attempt it is: skein's ApplicationMaster then unregisters (yarn_client/skein_attempts.py).
+FINAL_END_FILE = "flinkyarn-final-end"
+
+
 def attempt_of(container_id: str | None = None) -> int:
     """The application attempt a container belongs to (1 when not in a YARN container):
     container_[e<epoch>_]<cluster timestamp>_<application>_<attempt>_<container>."""

@@ -15,8 +15,9 @@ the application FAILED with the cause as diagnostics, never a hang, never lost.
 Attempts (yarn.application-attempts): with --job-store, YARN starts the AppMaster again
 when it is lost; the new attempt takes over the jobs the store holds (a per-job
 application's job runs again unless it had ended) and writes where it serves for the
-clients. Only the application's real end (SUCCEEDED, the last attempt, or YARN killing
-the application) removes what the next attempt would need: skein's ApplicationMaster
+clients. Only the application's real end (SUCCEEDED, the last attempt, YARN killing
+the application, a job cancelled by its user, TaskExecutor containers that can never
+start: another attempt would start them alike) removes what the next attempt would need: skein's ApplicationMaster
 lets YARN retry every other end.
 """
 
@@ -41,7 +42,7 @@ from flinkyarn.configuration import Configuration, parse_dynamic_properties
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways.dispatcher import SubmitJob, TokenStatus
 from flinkyarn.ids import JobID
-from flinkyarn.job_store import JobStore, Leader, attempt_of
+from flinkyarn.job_store import FINAL_END_FILE, JobStore, Leader, attempt_of
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.kerberos import TOKEN_STATUS_KEY
 from flinkyarn.rpc.security import ClusterSecurity
@@ -65,12 +66,16 @@ class Outcome:
     def __init__(self, status: str = "SUCCEEDED", diagnostics: str = "") -> None:
         self.status, self.diagnostics = status, diagnostics
         self.fatal = False  # set once a failure ended the application; nothing overrides it
+        self.final = False  # no later attempt could do better: the application ends
 
-    def fail(self, diagnostics: str) -> None:
+    def fail(self, diagnostics: str, final: bool = False) -> None:
         """A failure ends the application: FAILED with `diagnostics`, which nothing
-        later overrides (not the job's result, not the stop that follows)."""
+        later overrides (not the job's result, not the stop that follows). `final`:
+        another AppMaster attempt would meet the same failure (no TaskExecutor can ever
+        start), so YARN gets none."""
         self.status, self.diagnostics = "FAILED", diagnostics
         self.fatal = True
+        self.final = self.final or final
 
 
 def supervise(coroutine: Coroutine[Any, Any, None], what: str,
@@ -125,6 +130,8 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
     # An attached client reads the job's last output before the application ends.
     await dispatcher.output_read(graph.job_id, timeout=10.0)
     outcome.status = FINAL_STATUS[result.status.value]
+    # Cancelled by its user: no later attempt is to run it again.
+    outcome.final = result.status.value == "CANCELED"
     outcome.diagnostics = f"job {graph.name!r} ({graph.job_id}) {result.status.value}"
     if result.failure_cause:
         outcome.diagnostics += f": {result.failure_cause}"
@@ -152,11 +159,14 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
         f" (AppMaster attempt {attempt})" if attempt > 1 else "")
     appmaster: AppMaster | None = None
 
-    def on_fatal(diagnostic: str) -> None:
+    def on_fatal(diagnostic: str, final: bool = False) -> None:
         log.error("ending the application: %s", diagnostic)
-        outcome.fail(diagnostic)
+        outcome.fail(diagnostic, final)
         if appmaster is not None:
             appmaster.shutdown()
+
+    def on_unfit_containers(diagnostic: str) -> None:
+        on_fatal(diagnostic, final=True)
 
     # Its own certificate, for $NM_HOST (jobmanager.rpc.address), in its own folder.
     cluster = ClusterSecurity.load(Path(args.security_dir))
@@ -166,7 +176,7 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
         await asyncio.to_thread(app.kv.put, TOKEN_STATUS_KEY, msgspec.json.encode(status))
 
     tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
-    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_fatal), title, tokens,
+    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_unfit_containers), title, tokens,
                           job_store=store, attempt=attempt, archive=archive,
                           application_id=app.id, cancel_token=cluster.dashboard_token())
     job_task: list[asyncio.Task] = []
@@ -299,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if attempt > 1:
         outcome.diagnostics = f"{outcome.diagnostics} (AppMaster attempt {attempt})"
     log.info("final status %s: %s", outcome.status, outcome.diagnostics)
-    if outcome.status == "SUCCEEDED" or attempt >= attempts or (
+    if outcome.status == "SUCCEEDED" or outcome.final or attempt >= attempts or (
             outcome.status == "KILLED" and hadoop.attempt_killed(app.id, attempt)):
         if archive is not None:
             archive_end(archive, app.id, outcome.status, outcome.diagnostics, attempt)
@@ -309,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
                 except OSError as error:  # the application still ends, without that link
                     log.warning("cannot leave the final tracking URL: %s", error)
         remove_staging_files(args.staging_files, app.id)  # the job store's folder too
+        if outcome.status != "SUCCEEDED" and attempt < attempts:  # else skein would retry
+            try:
+                Path(FINAL_END_FILE).write_text(outcome.status)
+            except OSError as error:
+                log.warning("cannot make this attempt the last: %s", error)
     else:  # skein's ApplicationMaster leaves it to YARN to start the next attempt
         log.info("attempt %d of %d ends %s: YARN starts the next, which takes over the "
                  "jobs in %s", attempt, attempts, outcome.status, args.job_store)

@@ -23,7 +23,10 @@ which passes YARN the URL the AppMaster left in FINAL_TRACKING_URL_FILE, if it d
 history server's page of the ended application (`historyserver.web.address`); and
 computes the interval of its calls to YARN's allocate while no container is pending
 through `heartbeat_helper_class()`, capped by `yarn.heartbeat.interval` from the
-AppMaster's environment (skein's own: at most 5 s, from the YARN configuration).
+AppMaster's environment (skein's own: at most 5 s, from the YARN configuration); and
+takes the end of an attempt before the last for the application's own (unregisters, so
+YARN starts no other attempt) when the AppMaster left FINAL_END_FILE, through
+`last_attempt_helper_class()`: skein unregisters only a success or the last attempt.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import struct
 
 from flinkyarn.archive import FINAL_TRACKING_URL_FILE
+from flinkyarn.job_store import FINAL_END_FILE
 
 HELPER = "com/anaconda/skein/FlinkyarnAttempts"
 HELPER_FILE = f"{HELPER}.class"
@@ -42,7 +46,7 @@ _INVOKEVIRTUAL, _INVOKESTATIC = 0xB6, 0xB8
 # Constant-pool entry sizes after the tag byte (Utf8: a length, then that many bytes).
 _SIZES = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4, 15: 3, 16: 2,
           17: 4, 18: 4, 19: 2, 20: 2}
-_UTF8, _CLASS, _STRING, _LONG, _METHODREF, _NAME_AND_TYPE = 1, 7, 8, 5, 10, 12
+_UTF8, _INTEGER, _CLASS, _STRING, _LONG, _METHODREF, _NAME_AND_TYPE = 1, 3, 7, 8, 5, 10, 12
 
 
 class UnsupportedClass(RuntimeError):
@@ -359,3 +363,83 @@ def heartbeat_helper_class() -> bytes:
     handler = struct.pack(">HHHH", 6, 19, 19, 30)  # [6, 19) -> 19, catching Exception
     return class_file(HEARTBEAT_HELPER, pool, 6, 7, code, max_stack=2, max_locals=3,
                       exceptions=handler, handlers=1)
+
+
+# ------------------------------------------------ an end that no other attempt could change
+
+LAST_ATTEMPT_HELPER = "com/anaconda/skein/FlinkyarnLastAttempt"
+LAST_ATTEMPT_HELPER_FILE = f"{LAST_ATTEMPT_HELPER}.class"
+_ATTEMPT_ID = "org/apache/hadoop/yarn/api/records/ApplicationAttemptId"
+_GET_ATTEMPT_ID = "getAttemptId"
+
+
+def call_last_attempt_helper(application_master: bytes) -> bytes:
+    """skein's ApplicationMaster class with its one ApplicationAttemptId.getAttemptId()
+    call, in its exit hook's
+
+        int currentAttempt = containerId.getApplicationAttemptId().getAttemptId();
+        ...
+        if (finalStatus == SUCCEEDED || currentAttempt >= maxAttempts) { unregister }
+        else { "will retry": YARN starts the next attempt }
+
+    going to our helper."""
+    return redirect_call(application_master, (_ATTEMPT_ID, _GET_ATTEMPT_ID, "()I"),
+                         LAST_ATTEMPT_HELPER, f"(L{_ATTEMPT_ID};)I")
+
+
+def last_attempt_helper_class() -> bytes:
+    """The class file of com.anaconda.skein.FlinkyarnLastAttempt: the attempt's number,
+    or the largest int when the AppMaster (Python, in the same working folder) left
+    FINAL_END_FILE, which makes skein treat the attempt as the last:
+
+        public static int getAttemptId(ApplicationAttemptId id) {
+            if (Files.exists(Paths.get(FINAL_END_FILE, new String[0]), new LinkOption[0]))
+                return Integer.MAX_VALUE;
+            return id.getAttemptId();
+        }
+    """
+    pool = [
+        _utf8("Code"),                                                # 5
+        _utf8(_GET_ATTEMPT_ID),                                       # 6
+        _utf8(f"(L{_ATTEMPT_ID};)I"),                                 # 7
+        _utf8("java/lang/String"),                                    # 8
+        struct.pack(">BH", _CLASS, 8),                                # 9
+        _utf8(FINAL_END_FILE),                                        # 10
+        struct.pack(">BH", _STRING, 10),                              # 11
+        _utf8("java/nio/file/Paths"),                                 # 12
+        struct.pack(">BH", _CLASS, 12),                               # 13
+        _utf8("get"),                                                 # 14
+        _utf8("(Ljava/lang/String;[Ljava/lang/String;)Ljava/nio/file/Path;"),  # 15
+        struct.pack(">BHH", _NAME_AND_TYPE, 14, 15),                  # 16
+        struct.pack(">BHH", _METHODREF, 13, 16),                      # 17: Paths.get
+        _utf8("java/nio/file/Files"),                                 # 18
+        struct.pack(">BH", _CLASS, 18),                               # 19
+        _utf8("exists"),                                              # 20
+        _utf8("(Ljava/nio/file/Path;[Ljava/nio/file/LinkOption;)Z"),  # 21
+        struct.pack(">BHH", _NAME_AND_TYPE, 20, 21),                  # 22
+        struct.pack(">BHH", _METHODREF, 19, 22),                      # 23: Files.exists
+        _utf8("java/nio/file/LinkOption"),                            # 24
+        struct.pack(">BH", _CLASS, 24),                               # 25
+        struct.pack(">Bi", _INTEGER, 2**31 - 1),                      # 26: Integer.MAX_VALUE
+        _utf8(_ATTEMPT_ID),                                           # 27
+        struct.pack(">BH", _CLASS, 27),                               # 28
+        _utf8("()I"),                                                 # 29
+        struct.pack(">BHH", _NAME_AND_TYPE, 6, 29),                   # 30
+        struct.pack(">BHH", _METHODREF, 28, 30),                      # 31: id.getAttemptId
+    ]
+    code = bytes([
+        0x12, 11,          # 0: ldc FINAL_END_FILE
+        0x03,              # 2: iconst_0
+        0xBD, 0, 9,        # 3: anewarray String
+        0xB8, 0, 17,       # 6: invokestatic Paths.get
+        0x03,              # 9: iconst_0
+        0xBD, 0, 25,       # 10: anewarray LinkOption
+        0xB8, 0, 23,       # 13: invokestatic Files.exists
+        0x99, 0, 6,        # 16: ifeq 22
+        0x12, 26,          # 19: ldc Integer.MAX_VALUE
+        0xAC,              # 21: ireturn
+        0x2A,              # 22: aload_0
+        0xB6, 0, 31,       # 23: invokevirtual ApplicationAttemptId.getAttemptId
+        0xAC,              # 26: ireturn
+    ])
+    return class_file(LAST_ATTEMPT_HELPER, pool, 6, 7, code, max_stack=2, max_locals=1)

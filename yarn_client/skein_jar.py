@@ -13,8 +13,9 @@ file refers to constant-pool byte offsets, so changing a length is safe). Nothin
 changes. The copy is cached beside the user's other caches, keyed by the original's
 digest, and skein is pointed at it before it starts a driver (`use_flinkyarn_jar`).
 The copy also sets each application's attempt-failures validity interval, lets the
-AppMaster give YARN a final tracking URL, and lets it ask YARN for containers every
-yarn.heartbeat.interval instead of every 5 s (skein has no option for any of them:
+AppMaster give YARN a final tracking URL, lets it ask YARN for containers every
+yarn.heartbeat.interval instead of every 5 s, and lets it end the application before its
+last attempt (skein has no option for any of them:
 yarn_client/skein_attempts.py).
 """
 
@@ -41,7 +42,7 @@ _PATCHES = {
     "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_AM_JAVA, _AM_JAVA_17)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
-_EDITION = "flinkyarn7"  # bump when the patches change, so cached copies are rebuilt
+_EDITION = "flinkyarn8"  # bump when the patches change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:
@@ -78,12 +79,13 @@ def patched_jar(original: str, cache: Path) -> Path:
             if entry.filename == "com/anaconda/skein/Driver.class":
                 data = skein_attempts.call_helper(data)
             if entry.filename == "com/anaconda/skein/ApplicationMaster.class":
-                data = skein_attempts.call_heartbeat_helper(
-                    skein_attempts.call_unregister_helper(data))
+                data = skein_attempts.call_last_attempt_helper(skein_attempts.call_heartbeat_helper(
+                    skein_attempts.call_unregister_helper(data)))
             out.writestr(entry, data)
         out.writestr(skein_attempts.HELPER_FILE, skein_attempts.helper_class())
         out.writestr(skein_attempts.UNREGISTER_HELPER_FILE, skein_attempts.unregister_helper_class())
         out.writestr(skein_attempts.HEARTBEAT_HELPER_FILE, skein_attempts.heartbeat_helper_class())
+        out.writestr(skein_attempts.LAST_ATTEMPT_HELPER_FILE, skein_attempts.last_attempt_helper_class())
     os.replace(tmp, target)
     return target
 

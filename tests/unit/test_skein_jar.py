@@ -193,3 +193,55 @@ def test_skeins_application_master_takes_its_idle_heartbeat_from_our_helper(tmp_
     assert idle("250") == "250"
     assert idle(None) == "5000"
     assert idle("soon") == "5000"
+
+
+LAST_ATTEMPT_CHECK = """
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+
+public class Check {
+    public static void main(String[] args) throws Exception {
+        ApplicationAttemptId id = ApplicationAttemptId.newInstance(ApplicationId.newInstance(1L, 1), 1);
+        System.out.println(com.anaconda.skein.FlinkyarnLastAttempt.getAttemptId(id));
+    }
+}
+"""
+
+
+def test_skeins_application_master_unregisters_before_its_last_attempt_when_told(tmp_path):
+    """The ApplicationMaster's one getAttemptId call (its exit hook: unregister on success
+    or at the last attempt, else let YARN retry) goes to our helper, in place; the helper,
+    loaded with every check on, gives the attempt's number, or the largest int (so skein
+    takes the attempt for the last and unregisters) once the AppMaster left its file."""
+    import subprocess
+    import zipfile
+
+    import local_hadoop
+    import skein.core
+
+    from yarn_client import skein_attempts
+
+    with zipfile.ZipFile(skein.core._SKEIN_JAR) as jar:
+        original = jar.read("com/anaconda/skein/ApplicationMaster.class")
+    patched = skein_attempts.call_last_attempt_helper(original)
+    _, _, old_end = skein_attempts._pool(original)
+    _, _, end = skein_attempts._pool(patched)
+    before, after = original[old_end:], patched[end:]
+    assert len(before) == len(after)
+    differing = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+    assert 1 <= len(differing) <= 3  # the opcode and the constant-pool index alone
+    folder = tmp_path / "com" / "anaconda" / "skein"
+    folder.mkdir(parents=True)
+    (folder / "FlinkyarnLastAttempt.class").write_bytes(skein_attempts.last_attempt_helper_class())
+    (tmp_path / "Check.java").write_text(LAST_ATTEMPT_CHECK)
+    lib = local_hadoop.Layout.default().lib
+
+    def attempt() -> str:
+        result = subprocess.run(["java", "-Xverify:all", "-cp", f".:{lib}/*", "Check.java"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout.strip()
+
+    assert attempt() == "1"
+    (tmp_path / skein_attempts.FINAL_END_FILE).write_text("FAILED")
+    assert attempt() == str(2**31 - 1)

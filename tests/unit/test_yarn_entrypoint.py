@@ -47,11 +47,13 @@ class FakeApplication:
         self.final = (status, diagnostics)
 
 
-def run_main(tmp_path, monkeypatch, app: FakeApplication) -> int:
+def run_main(tmp_path, monkeypatch, app: FakeApplication,
+             driver=lambda app, on_fatal: IdleDriver()) -> int:
+    monkeypatch.chdir(tmp_path)  # the container's working folder
     monkeypatch.setattr(kerberos, "security_enabled", lambda: False)
     monkeypatch.setattr(yarn_entrypoint.skein.ApplicationClient, "from_current",
                         staticmethod(lambda: app))
-    monkeypatch.setattr(yarn_entrypoint, "YarnDriver", lambda app, on_fatal: IdleDriver())
+    monkeypatch.setattr(yarn_entrypoint, "YarnDriver", driver)
     ClusterSecurity.generate(tmp_path / "security")
     graph = JobGraph(JobID("j1"), "waits", [JobVertex(JobVertexID("v"), "Source", 1, b"-")])
     (tmp_path / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
@@ -135,6 +137,8 @@ def test_a_supervised_task_cancelled_at_the_end_is_no_failure():
     (2, "FAILED", "FAILED", True),
     # A failed end before the last attempt: YARN starts the next, which needs the store.
     (1, "FAILED", "FAILED", False),
+    # Cancelled by its user: the end, whatever the attempt.
+    (1, "CANCELED", "KILLED", True),
 ])
 def test_an_attempt_takes_the_stored_result_and_keeps_the_store_unless_the_end_is_final(
         tmp_path, monkeypatch, attempt, stored, status, removed):
@@ -162,6 +166,43 @@ def test_an_attempt_takes_the_stored_result_and_keeps_the_store_unless_the_end_i
     assert diagnostics.startswith(f"job 'waits' (j1) {stored}")
     assert ("(AppMaster attempt 2)" in diagnostics) is (attempt == 2)
     assert cleaned == ([["/staging/x"]] if removed else [])
+    # Before the last attempt, what makes skein's ApplicationMaster unregister all the same.
+    assert (tmp_path / yarn_entrypoint.FINAL_END_FILE).exists() is (removed and attempt == 1)
+
+
+class UnfitDriver(IdleDriver):
+    """A platform whose first TaskExecutor container failed its environment check."""
+
+    def __init__(self, on_fatal) -> None:
+        super().__init__()
+        self.on_fatal = on_fatal
+
+    def request_worker(self, spec) -> str:
+        asyncio.get_running_loop().call_soon(
+            self.on_fatal, "TaskExecutor container c_2: flinkyarn-runtime-check: Python 3.99.0")
+        return super().request_worker(spec)
+
+
+@NO_HANG
+def test_containers_that_can_never_start_end_the_application_in_its_first_attempt(
+        tmp_path, monkeypatch):
+    """Another AppMaster attempt would start the same unfit environment again: the end is
+    final (the store and staged files go) though YARN would give a second attempt."""
+    monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000001")
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)  # the ResourceManager's cap: 2
+    cleaned: list[list[str]] = []
+    monkeypatch.setattr(yarn_entrypoint, "remove_staging_files",
+                        lambda paths, app_id: cleaned.append(paths))
+    app = FakeApplication()
+    argv_store = ["--job-store", str(tmp_path / "store"), "--staging-file", "/staging/x"]
+    monkeypatch.setattr(yarn_entrypoint, "main", _with_arguments(yarn_entrypoint.main, argv_store))
+    code = run_main(tmp_path, monkeypatch, app, lambda app, on_fatal: UnfitDriver(on_fatal))
+
+    assert code == 1
+    assert app.final == ("FAILED", "TaskExecutor container c_2: flinkyarn-runtime-check: Python 3.99.0")
+    assert cleaned == [["/staging/x"]]
+    # What makes skein's ApplicationMaster unregister, though this is not the last attempt.
+    assert (tmp_path / yarn_entrypoint.FINAL_END_FILE).read_text() == "FAILED"
 
 
 def _with_arguments(main, extra):
@@ -183,6 +224,7 @@ def test_a_session_stopped_by_a_signal_keeps_its_store_unless_yarn_is_killing_it
     monkeypatch.setattr(yarn_entrypoint.skein.ApplicationClient, "from_current",
                         staticmethod(lambda: app))
     monkeypatch.setattr(yarn_entrypoint, "YarnDriver", lambda app, on_fatal: IdleDriver())
+    monkeypatch.chdir(tmp_path)  # the container's working folder
     monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000001")
     monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
     monkeypatch.setattr(yarn_entrypoint.hadoop, "attempt_killed", lambda app_id, n: yarn_kills_it)
