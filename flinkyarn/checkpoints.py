@@ -35,7 +35,6 @@ import uuid
 
 import msgspec
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
@@ -333,7 +332,7 @@ def redistribute(state: RescaledState, max_parallelism: int, parallelism: int,
             groups = key_groups.key_groups(table, how.key_columns, max_parallelism)
             table = table.filter(pa.array((groups >= mine.start) & (groups < mine.stop)))
         elif how.kind == BY_SUBTASK:
-            owners = pc.cast(table.column("subtask"), pa.int64()).to_numpy(zero_copy_only=False)
+            owners = table.column("subtask").cast(pa.int64()).to_numpy()
             table = table.filter(pa.array(owners % parallelism == index))
         elif how.kind != UNION:
             raise ValueError(f"state {name!r} cannot be shared out at another parallelism")
