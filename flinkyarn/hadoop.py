@@ -107,7 +107,7 @@ def hdfs(user: str | None = None, host: str | None = None, fresh: bool = False) 
         filesystem = WebHDFS(host=host or web_host, port=port, user=user or getpass.getuser(),
                              **tls)
     elif kerberos.hdfs_delegation_token() is not None:
-        filesystem = kerberos.DelegatedWebHDFS(host=host or web_host, port=port, **tls)
+        filesystem = kerberos.delegated_webhdfs()(host=host or web_host, port=port, **tls)
     else:
         filesystem = WebHDFS(host=host or web_host, port=port, **tls)
         filesystem.session.auth = kerberos.spnego_auth()

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fsspec.implementations.webhdfs import WebHDFS
-
 from flinkyarn import hadoop, scratch
 from flinkyarn.configuration import Configuration
 
@@ -201,7 +199,7 @@ _handed_over: list[Token] | None = None
 
 def use_tokens(tokens: list[Token]) -> None:
     """Newer tokens (from the AppMaster) replace those YARN localized, for every call of
-    every DelegatedWebHDFS from now on."""
+    every delegated_webhdfs() filesystem from now on."""
     global _handed_over
     with _lock:
         _handed_over = list(tokens)
@@ -243,7 +241,7 @@ def container_tokens() -> list[Token]:
 @functools.lru_cache(maxsize=4)
 def _token_file(path: str) -> tuple[Token, ...]:
     """The tokens of YARN's file, read once: YARN writes it before the process starts
-    (DelegatedWebHDFS asks for the token on every call)."""
+    (delegated_webhdfs() asks for the token on every call)."""
     if not Path(path).is_file():
         return ()
     return tuple(read_token_storage(Path(path).read_bytes()))
@@ -255,15 +253,22 @@ def hdfs_delegation_token() -> str | None:
     return found[-1].url_string() if found else None
 
 
-class DelegatedWebHDFS(WebHDFS):  # type: ignore[misc]  # fsspec has no type information
-    """WebHDFS that sends the process's current HDFS delegation token with every call:
-    a filesystem made before newer tokens were handed over (`use_tokens`) keeps working."""
+@functools.cache
+def delegated_webhdfs() -> type:
+    """fsspec's WebHDFS, sending the process's current HDFS delegation token with every
+    call: a filesystem made before newer tokens were handed over (`use_tokens`) keeps
+    working. Made on first use (fsspec's WebHDFS imports requests: most processes never
+    speak WebHDFS)."""
+    from fsspec.implementations.webhdfs import WebHDFS
 
-    def _call(self, op: str, method: str = "get", path: str | None = None, data: Any = None,
-              redirect: bool = True, **kwargs: Any) -> requests.Response:
-        self.pars["delegation"] = hdfs_delegation_token()
-        response: requests.Response = super()._call(op, method, path, data, redirect, **kwargs)
-        return response
+    class DelegatedWebHDFS(WebHDFS):  # type: ignore[misc]  # fsspec has no type information
+        def _call(self, op: str, method: str = "get", path: str | None = None, data: Any = None,
+                  redirect: bool = True, **kwargs: Any) -> requests.Response:
+            self.pars["delegation"] = hdfs_delegation_token()
+            response: requests.Response = super()._call(op, method, path, data, redirect, **kwargs)
+            return response
+
+    return DelegatedWebHDFS
 
 
 # -------------------------------------------------------------------- tickets
