@@ -127,8 +127,6 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     job_id = re.search(r"submitted job (\w+) \(PySpark script pi.py\)", pi.stderr)[1]
     assert yarn_cluster.connect(session).job(job_id).spark_tracking_url == \
         f"{hadoop.rm_web_address()}/proxy/{spark_app}/"
-    executors = executor_containers(spark_app, 2)
-    assert len(set(executors.values())) == 2, f"executors on {executors}"
 
     # wordcount.py: exact counts, on a file of HDFS.
     base = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
@@ -158,6 +156,27 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     assert re.search(r"Not copying hdfs://\S+/cache/spark-jars-", job_logs.stdout)
     assert re.search(r"Not copying hdfs://\S+/cache/environment-", job_logs.stdout)
     assert not re.search(r"Uploading resource file:\S+(jars|\.tar)", job_logs.stdout)
+
+    # pi's executors, one on each node: last, their nodes had the other scripts' time to
+    # hand in its logs.
+    executors = executor_containers(spark_app, 2)
+    assert len(set(executors.values())) == 2, f"executors on {executors}"
+
+
+def test_a_per_job_script_takes_the_driver_its_taskexecutor_started_with_it(hadoop):
+    """`flinkyarn run --pyspark` in place of spark-submit's cluster mode: an application of
+    its own, whose TaskExecutor starts the script's driver (its JVM, master yarn, with the
+    script's settings from the client) as it starts itself; the script runs in that
+    driver on Spark's executors, shows its output, and both applications succeed."""
+    result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--pyspark",
+                       "--num-executors", "1", str(EXAMPLES / "pi.py"), "2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert re.fullmatch(r"Pi is roughly 3\.1\d*", "\n".join(printed(result.stdout))), result.stdout
+    spark_app = spark_application(result.stderr)
+    assert yarn_cluster.application_report(spark_app)["finalStatus"] == "SUCCEEDED"
+    app_id = re.search(r"submitted (application_\d+_\d+)", result.stderr)[1]
+    logs = application_logs(app_id, "starting the driver (master yarn, warm)")
+    assert "prestarted (master yarn) PySpark driver" in logs
 
 
 EXITS = """\
