@@ -170,17 +170,12 @@ class WarmDrivers:
             folder = self.root / str(self._serial)
         for name in ("work", "tmp", "local", "script"):
             (folder / name).mkdir(parents=True, exist_ok=True)
-        command = self.command
-        if settings is None:
-            conf = driver_conf(self.conf, PySparkSettings(master="local"), folder,
-                               log_dir(self.root.parent) / "spark-warm-drivers.log")
-            env = driver_environment(self.conf, PySparkSettings(master="local"), conf, folder)
-        else:
-            yarn = yarn_conf(self.conf, []) if settings.master == "yarn" else None
-            conf = driver_conf(self.conf, settings, folder,
-                               log_dir(self.root.parent) / "spark-warm-drivers.log", yarn)
-            env = driver_environment(self.conf, settings, conf, folder)
-            command = [*command, "--jvm-only"]
+        launch = settings or PySparkSettings(master="local")
+        conf = driver_conf(self.conf, launch, folder,
+                           log_dir(self.root.parent) / "spark-warm-drivers.log",
+                           yarn_conf(self.conf, []) if launch.master == "yarn" else None)
+        env = driver_environment(self.conf, launch, conf, folder)
+        command = self.command if settings is None else [*self.command, "--jvm-only"]
         process = subprocess.Popen(command, cwd=folder / "work", env=env,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, process_group=0)
