@@ -17,8 +17,9 @@ when it is lost; the new attempt takes over the jobs the store holds (a per-job
 application's job runs again unless it had ended) and writes where it serves for the
 clients. Only the application's real end (SUCCEEDED, the last attempt, YARN killing
 the application, a job cancelled by its user, TaskExecutor containers that can never
-start: another attempt would start them alike) removes what the next attempt would need: skein's ApplicationMaster
-lets YARN retry every other end.
+start: another attempt would start them alike) removes what the next attempt would
+need, and only an end before the last attempt that is not real lets YARN retry (skein's
+ApplicationMaster would retry every end but success: FINAL_END_FILE tells it otherwise).
 """
 
 from __future__ import annotations
@@ -176,8 +177,8 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
         await asyncio.to_thread(app.kv.put, TOKEN_STATUS_KEY, msgspec.json.encode(status))
 
     tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
-    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_unfit_containers), title, tokens,
-                          job_store=store, attempt=attempt, archive=archive,
+    appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_unfit_containers), title,
+                          tokens, job_store=store, attempt=attempt, archive=archive,
                           application_id=app.id, cancel_token=cluster.dashboard_token())
     job_task: list[asyncio.Task] = []
 
