@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from flinkyarn import options, prometheus
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
@@ -26,9 +25,6 @@ from flinkyarn.scratch import ProcessScratch, process_scratch
 from taskexecutor.environment import NetworkConfig, TaskEnvironment
 from taskexecutor.task_executor import RegistrationTimeout, TaskExecutor, TaskExecutorConfig
 
-if TYPE_CHECKING:
-    from taskexecutor.warm_drivers import WarmDrivers
-
 log = logging.getLogger("taskexecutor")
 
 FATAL_EXIT_CODE = 3
@@ -36,11 +32,9 @@ FATAL_EXIT_DEADLINE = 10.0
 
 
 def build_environment(resource_id: str, conf: Configuration, security: ClusterSecurity,
-                      scratch: ProcessScratch, warm_drivers: "WarmDrivers | None" = None
-                      ) -> TaskEnvironment:
+                      scratch: ProcessScratch) -> TaskEnvironment:
     """The data plane and Spark of this TaskExecutor, their files in `scratch`; the
-    Flight server starts serving. `warm_drivers`: its pool of PySpark drivers, if it
-    made it already (a new one otherwise)."""
+    Flight server starts serving."""
     from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
     from taskexecutor.spark_bridge import SparkSessionProvider
@@ -56,8 +50,7 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
         spark=SparkSessionProvider.from_configuration(conf, scratch),
         tmp_dir=scratch.root,
         network=NetworkConfig.from_configuration(conf),
-        data_server=server, conf=conf,
-        warm_drivers=warm_drivers or WarmDrivers(conf, scratch.root))
+        data_server=server, conf=conf, warm_drivers=WarmDrivers(conf, scratch.root))
 
 
 def resource_manager_address(argument: str) -> str:
@@ -73,56 +66,20 @@ def resource_manager_address(argument: str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def prestarted_driver(settings_file: str | None, conf: Configuration,
-                      scratch: ProcessScratch) -> "WarmDrivers | None":
-    """For the TaskExecutor of a per-job cluster started for one PySpark script (the
-    client wrote the script's settings into `settings_file`): its pool of drivers with
-    that script's driver starting (taskexecutor/warm_drivers.py), while this process
-    registers and the job comes. None without a file."""
-    if not settings_file:
-        return None
-    import msgspec
-
-    from flinkyarn.pipeline.pyspark_script import PySparkSettings
-    from taskexecutor.warm_drivers import WarmDrivers
-
-    pool = WarmDrivers(conf, scratch.root)
-    try:
-        settings = msgspec.json.decode(Path(settings_file).read_bytes(), type=PySparkSettings)
-    except (OSError, msgspec.DecodeError) as error:  # the script's driver starts cold
-        log.warning("no prestarted PySpark driver: cannot read %s: %s", settings_file, error)
-        return pool
-    pool.prestart(settings)
-    return pool
-
-
 async def serve(args: argparse.Namespace, conf: Configuration,
                 scratch: ProcessScratch) -> str | None:
     """Runs the TaskExecutor until it stops; its fatal error, if that is why."""
     # The TaskExecutors' certificate (role taskexecutor, named TASKEXECUTOR_NAME): no
     # authority key here to issue one for its host, nor anything of the client's.
     security = ClusterSecurity.load(Path(args.security_dir))
-    warm_drivers = prestarted_driver(args.pyspark_settings, conf, scratch)
-    try:
-        args.resource_manager = await asyncio.to_thread(resource_manager_address,
-                                                        args.resource_manager)
-    except BaseException:
-        if warm_drivers is not None:
-            warm_drivers.close()
-        raise
+    args.resource_manager = await asyncio.to_thread(resource_manager_address, args.resource_manager)
     rpc = RpcService(security, host=conf.get(options.TASK_MANAGER_HOST),
                      port=conf.get(options.TASK_MANAGER_RPC_PORT),
                      max_message_size=conf.get(options.RPC_MAX_MESSAGE_SIZE),
                      ask_timeout=conf.get(options.RPC_ASK_TIMEOUT))
     try:
-        try:
-            address = await rpc.start()
-            environment = build_environment(args.resource_id, conf, security, scratch,
-                                            warm_drivers)
-        except BaseException:
-            if warm_drivers is not None:
-                warm_drivers.close()
-            raise
+        address = await rpc.start()
+        environment = build_environment(args.resource_id, conf, security, scratch)
         if conf.get(options.TASK_MANAGER_SPARK_START_EAGERLY):
             environment.spark.start_in_background()
         try:
@@ -178,9 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-D", dest="properties", action="append", default=[])
     parser.add_argument("--die-with-parent", type=int, metavar="PID",
                         help="exit when process PID (the one starting us) dies")
-    parser.add_argument("--pyspark-settings", metavar="FILE",
-                        help="the settings (JSON) of the one PySpark script this per-job "
-                             "cluster runs: its driver starts with the TaskExecutor")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s {args.resource_id} %(name)s: %(message)s")

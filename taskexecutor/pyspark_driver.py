@@ -174,56 +174,6 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
     return conf
 
 
-def yarn_conf(te_conf: Configuration, tags: list[str]
-              ) -> "Callable[[dict[str, str], dict[str, str]], None]":
-    """driver_conf's `master_conf` for Spark on YARN: a driver's settings tagged with
-    `tags` (and the YARN application of its container)."""
-    def merge(conf: dict[str, str], user: dict[str, str]) -> None:
-        # Spark on YARN's settings, merged with the user's lists (which it takes).
-        named = list(tags)
-        app = os.environ.get("SKEIN_APPLICATION_ID")  # skein sets it in every container
-        if app:
-            named.append(app)
-        conf["spark.yarn.tags"] = ",".join([*named, *filter(None, user.pop(
-            "spark.yarn.tags", "").split(","))])
-        archive = te_conf.get(options.PYSPARK_PYTHON_ARCHIVE)
-        archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
-        if archives:
-            conf["spark.yarn.dist.archives"] = ",".join(archives)
-        try:
-            hdfs_site = hadoop.site_properties("hdfs-site.xml")
-            secure = kerberos.security_enabled()
-        except hadoop.HadoopConfigError:  # environment() says what is missing
-            hdfs_site, secure = {}, False
-        # Client mode's Spark AM only asks YARN for executors: it runs inside the
-        # driver (an unmanaged AM), which spares a container and a JVM start before
-        # the first executor is asked for. Not on a Kerberos cluster: there the
-        # driver, with delegation tokens only, waited for its AM to start forever.
-        # With unmanagedAM=false, a lean JVM.
-        conf["spark.yarn.unmanagedAM.enabled"] = "false" if secure else "true"
-        # How often the driver asks YARN whether its application was accepted (then
-        # its AM starts) and runs (then the SparkContext is up): 1 s by default,
-        # twice on the way to the first executor.
-        conf["spark.yarn.clientLaunchMonitorInterval"] = "100ms"
-        conf.update({f"spark.hadoop.{key}": value for key, value
-                     in hadoop.CLIENT_HDFS.items() if key not in hdfs_site})
-        conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
-            hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
-        if "spark.executor.instances" not in user:
-            most = te_conf.get(options.PYSPARK_MAX_EXECUTORS)
-            # More executors than the first two once tasks waited 5 s, not 1 s (Spark's
-            # default): an executor takes seconds to start, and the first two, still
-            # starting at 1 s, are as good as more; more asked for then start while
-            # they run, and a short job ends before those ran anything.
-            conf.update({"spark.dynamicAllocation.enabled": "true",
-                         "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-                         "spark.dynamicAllocation.minExecutors": "0",
-                         "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
-                         "spark.dynamicAllocation.maxExecutors": str(most),
-                         "spark.dynamicAllocation.schedulerBacklogTimeout": "5s"})
-    return merge
-
-
 def submit_args(te_conf: Configuration, settings: "PySparkSettings", conf: dict[str, str]) -> str:
     """PYSPARK_SUBMIT_ARGS: what pyspark passes spark-submit when it starts its JVM."""
     cores, _ = slot_share(te_conf)
@@ -282,10 +232,53 @@ class PySparkDriver:
 
     def spark_conf(self, work: Path, log_folder: Path) -> dict[str, str]:
         """Our settings, under what the user set (--conf and the options standing for it)."""
-        tags = [self.tag, f"flinkyarn-job-{self.context.job_id}"]
         return driver_conf(self.conf, self.settings, work,
                            log_folder / f"spark-{self.context.job_id}.log",
-                           yarn_conf(self.conf, tags) if self.yarn else None)
+                           self._yarn_conf if self.yarn else None)
+
+    def _yarn_conf(self, conf: dict[str, str], user: dict[str, str]) -> None:
+        """Spark on YARN's settings, merged with the user's lists (which it takes)."""
+        tags = [self.tag, f"flinkyarn-job-{self.context.job_id}"]
+        app = os.environ.get("SKEIN_APPLICATION_ID")  # skein sets it in every container
+        if app:
+            tags.append(app)
+        conf["spark.yarn.tags"] = ",".join([*tags, *filter(None, user.pop(
+            "spark.yarn.tags", "").split(","))])
+        archive = self.conf.get(options.PYSPARK_PYTHON_ARCHIVE)
+        archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
+        if archives:
+            conf["spark.yarn.dist.archives"] = ",".join(archives)
+        try:
+            hdfs_site = hadoop.site_properties("hdfs-site.xml")
+            secure = kerberos.security_enabled()
+        except hadoop.HadoopConfigError:  # environment() says what is missing
+            hdfs_site, secure = {}, False
+        # Client mode's Spark AM only asks YARN for executors: it runs inside the
+        # driver (an unmanaged AM), which spares a container and a JVM start before
+        # the first executor is asked for. Not on a Kerberos cluster: there the
+        # driver, with delegation tokens only, waited for its AM to start forever.
+        # With unmanagedAM=false, a lean JVM.
+        conf["spark.yarn.unmanagedAM.enabled"] = "false" if secure else "true"
+        # How often the driver asks YARN whether its application was accepted (then
+        # its AM starts) and runs (then the SparkContext is up): 1 s by default,
+        # twice on the way to the first executor.
+        conf["spark.yarn.clientLaunchMonitorInterval"] = "100ms"
+        conf.update({f"spark.hadoop.{key}": value for key, value
+                     in hadoop.CLIENT_HDFS.items() if key not in hdfs_site})
+        conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
+            hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
+        if "spark.executor.instances" not in user:
+            most = self.conf.get(options.PYSPARK_MAX_EXECUTORS)
+            # More executors than the first two once tasks waited 5 s, not 1 s (Spark's
+            # default): an executor takes seconds to start, and the first two, still
+            # starting at 1 s, are as good as more; more asked for then start while
+            # they run, and a short job ends before those ran anything.
+            conf.update({"spark.dynamicAllocation.enabled": "true",
+                         "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+                         "spark.dynamicAllocation.minExecutors": "0",
+                         "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
+                         "spark.dynamicAllocation.maxExecutors": str(most),
+                         "spark.dynamicAllocation.schedulerBacklogTimeout": "5s"})
 
     def environment(self, conf: dict[str, str], work: Path) -> dict[str, str]:
         return driver_environment(self.conf, self.settings, conf, work)
@@ -430,8 +423,8 @@ class PySparkDriver:
     def run(self) -> None:
         log_folder = log_dir(self.te_tmp)
         pool = self.context.environment.warm_drivers
-        may_run_warm = pool is not None and pool.may_take(self.settings)
-        warm = pool.take(self.settings, lambda folder: self._settings_for(folder, log_folder)) \
+        may_run_warm = pool is not None and pool.eligible(self.settings)
+        warm = pool.take(lambda folder: self._settings_for(folder, log_folder)) \
             if may_run_warm else None
         if warm is not None:
             driver, conf, env = warm
@@ -468,7 +461,8 @@ class PySparkDriver:
         finally:
             if warm is not None:  # its process group is gone; it may not have started
                 warm[0].end()
-            if pool is not None and pool.eligible(self.settings):
+            if may_run_warm:
+                assert pool is not None
                 pool.used()
 
     def _settings_for(self, work: Path, log_folder: Path) -> tuple[dict[str, str], dict[str, str]]:

@@ -1,7 +1,7 @@
 """The first lines of a PySpark driver process, then the script itself:
 
     python -m taskexecutor.pyspark_launcher PARENT_PID SCRIPT [ARGS...]
-    python -m taskexecutor.pyspark_launcher PARENT_PID --warm [--jvm-only]
+    python -m taskexecutor.pyspark_launcher PARENT_PID --warm
 
 Asks Linux to kill this process when its TaskExecutor dies (even by SIGKILL: YARN kills
 a container's process group, and the driver has a group of its own so that cancelling
@@ -17,9 +17,7 @@ stopped again; then one line on stdin says which script to run: {"script", "args
 "properties" (set as the JVM's system properties, which SparkConf reads), "cleared"
 (system properties to remove), "log4j" (the log4j2 configuration to load)}. Before the
 script runs, SCRIPT_STARTS goes to stdout and stderr: what came before is the warm-up's.
-End of input instead of a line: the TaskExecutor is done with us; exit 0. With
---jvm-only (a driver prestarted for its script's own settings, master yarn too) the JVM
-starts and there is no warm-up.
+End of input instead of a line: the TaskExecutor is done with us; exit 0.
 """
 
 import json
@@ -129,14 +127,11 @@ def warm_up() -> None:
         spark.stop()
 
 
-def warm(jvm_only: bool) -> None:
+def warm() -> None:
     from pyspark import SparkContext
 
-    if on_yarn(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
-        survive_ui_race()
     SparkContext._ensure_initialized()  # the JVM
-    if not jvm_only:
-        warm_up()
+    warm_up()
     line = sys.stdin.readline()
     if not line:
         return
@@ -162,7 +157,7 @@ def main() -> None:
     die_with_parent(int(parent))
     stop_without_waiting()
     if script == "--warm":
-        warm(jvm_only=args == ["--jvm-only"])
+        warm()
     else:
         if on_yarn(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
             survive_ui_race()

@@ -31,13 +31,6 @@ script before it.
   slot was freed (not while one starts). Not at its start: a per-job cluster's one
   script reaches its TaskExecutor within 50 ms of it, and a warm-up under way holds a
   script up (a script that comes meanwhile cuts it short after the step under way).
-- Prestarted: the TaskExecutor of a per-job cluster started for one script (the
-  client names the script's settings: `python -m taskexecutor --pyspark-settings`)
-  starts that script's driver as it starts itself, with the script's own settings,
-  master `yarn` too, before it registers: the JVM starts while the TaskExecutor
-  registers and the job is deployed to it. Such a driver starts its JVM only (no
-  warm-up: with master yarn a SparkSession would be a Spark application), and is taken
-  by a script with exactly those settings alone.
 - Output: the driver's pipes are the TaskExecutor's from its start; what it wrote
   before SCRIPT_STARTS (nothing, normally: Spark's log goes to a file) is the warm-up's,
   logged here, not shown as the script's.
@@ -65,13 +58,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkSettings
 from taskexecutor.pyspark_driver import (PySparkScriptFailed, driver_conf,
-                                          driver_environment, log_dir, yarn_conf)
+                                          driver_environment, log_dir)
 from taskexecutor.reaper import REAPER
 
 log = logging.getLogger(__name__)
@@ -87,13 +78,6 @@ def _launch_time(conf: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in conf.items() if key.startswith(LAUNCH_TIME)}
 
 
-def same_settings(a: PySparkSettings, b: PySparkSettings) -> bool:
-    """The same spark-submit settings, however they travelled (tuples or lists)."""
-    def plain(settings: PySparkSettings) -> object:
-        return msgspec.json.decode(msgspec.json.encode(settings))
-    return bool(plain(a) == plain(b))
-
-
 def _without_submit_args(env: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in env.items() if key != "PYSPARK_SUBMIT_ARGS"}
 
@@ -104,8 +88,6 @@ class WarmDriver:
     folder: Path   # work/ (its cwd), tmp/, local/, script/, log4j2.properties
     conf: dict[str, str]
     env: dict[str, str]
-    # The script's settings it was prestarted for; None: any script that is eligible.
-    settings: PySparkSettings | None = None
 
     def hand_over(self, script: Path, args: list[str], conf: dict[str, str]) -> None:
         """Tells the driver to run `script` with `conf` (its JVM's system properties)."""
@@ -160,9 +142,8 @@ class WarmDrivers:
         return (settings.master == "local" and not settings.working_dir
                 and not settings.py_files and not settings.environment)
 
-    def start(self, settings: PySparkSettings | None = None) -> None:
-        """Launches one warm driver; with `settings`, one prestarted for a script with
-        those (its JVM only)."""
+    def start(self) -> None:
+        """Launches one warm driver."""
         with self._lock:
             if self._closed:
                 return
@@ -170,71 +151,31 @@ class WarmDrivers:
             folder = self.root / str(self._serial)
         for name in ("work", "tmp", "local", "script"):
             (folder / name).mkdir(parents=True, exist_ok=True)
-        launch = settings or PySparkSettings(master="local")
-        conf = driver_conf(self.conf, launch, folder,
-                           log_dir(self.root.parent) / "spark-warm-drivers.log",
-                           yarn_conf(self.conf, []) if launch.master == "yarn" else None)
-        env = driver_environment(self.conf, launch, conf, folder)
-        command = self.command if settings is None else [*self.command, "--jvm-only"]
-        process = subprocess.Popen(command, cwd=folder / "work", env=env,
+        settings = PySparkSettings(master="local")
+        conf = driver_conf(self.conf, settings, folder,
+                           log_dir(self.root.parent) / "spark-warm-drivers.log")
+        env = driver_environment(self.conf, settings, conf, folder)
+        process = subprocess.Popen(self.command, cwd=folder / "work", env=env,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, process_group=0)
         REAPER.watch_group(process.pid)
-        driver = WarmDriver(process, folder, conf, env, settings)
+        driver = WarmDriver(process, folder, conf, env)
         with self._lock:
             if not self._closed:
                 self._ready.append(driver)
-                log.info("%s PySpark driver %d starting (pid %d)",
-                         "warm" if settings is None else "prestarted (master "
-                         f"{settings.master})", self._serial, process.pid)
+                log.info("warm PySpark driver %d starting (pid %d)", self._serial, process.pid)
                 return
         driver.end()
 
-    def prestart(self, settings: PySparkSettings) -> None:
-        """The driver of the one script this TaskExecutor was started for, started now."""
-        if not self.may_prestart(settings):
-            log.info("no prestarted PySpark driver: the script's settings want one of its own")
-            return
-        try:
-            self.start(settings)
-        except (OSError, PySparkScriptFailed) as error:  # the script starts its own
-            log.warning("cannot prestart the PySpark driver: %s", error)
-
-    @staticmethod
-    def may_prestart(settings: PySparkSettings) -> bool:
-        """Whether a driver for a script with these settings may start before it: not
-        with --py-files (its JVM's path has them) nor in the client's folder, nor on a
-        Kerberos cluster (the driver gets tokens of its own when its script comes)."""
-        from flinkyarn import kerberos
-
-        if settings.py_files or settings.working_dir:
-            return False
-        try:
-            return not (settings.master == "yarn" and kerberos.security_enabled())
-        except Exception:  # no Hadoop configuration: the script says what is missing
-            return False
-
-    def may_take(self, settings: PySparkSettings) -> bool:
-        """Whether a script with these settings could take a ready driver."""
-        with self._lock:
-            return self.eligible(settings) or any(
-                d.settings is not None and same_settings(d.settings, settings) for d in self._ready)
-
-    def take(self, settings: PySparkSettings, settings_for: SettingsFor
-             ) -> tuple[WarmDriver, dict[str, str], dict[str, str]] | None:
-        """A ready driver that a script with `settings` and the Spark settings and
-        environment `settings_for(its folder)` may run in, with those; None if there is
-        none. A prestarted driver only for the very settings it was started for."""
+    def take(self, settings_for: SettingsFor) -> tuple[WarmDriver, dict[str, str], dict[str, str]] | None:
+        """A ready driver that a script with the settings and environment
+        `settings_for(its folder)` may run in, with those; None if there is none."""
         with self._lock:
             ready = list(self._ready)
         for driver in ready:
             if driver.process.poll() is not None:
                 if self._remove(driver):
                     self._dropped(driver)
-                continue
-            fits = (same_settings(driver.settings, settings) if driver.settings is not None
-                    else self.eligible(settings))
-            if not fits:
                 continue
             conf, env = settings_for(driver.folder)
             if (_launch_time(conf) != _launch_time(driver.conf)

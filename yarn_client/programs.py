@@ -65,20 +65,3 @@ def pyspark_job_graph(script: Path, args: tuple[str, ...], settings=None) -> Job
                        operators=[ChainedOperator(uid, operator.name)])
     return JobGraph(JobID(new_id()), f"PySpark script {script.name}", [vertex],
                     schedule_mode=ScheduleMode.EAGER)
-
-
-def pyspark_settings_of(graph: JobGraph):
-    """The settings (a PySparkSettings) of the script of a job pyspark_job_graph made;
-    None for any other job."""
-    from flinkyarn.pipeline.pyspark_script import PySparkScript
-
-    if len(graph.vertices) != 1:
-        return None
-    try:
-        spec = cloudpickle.loads(graph.vertices[0].invokable)
-    except Exception:  # not ours to judge here: the Dispatcher says what is wrong with it
-        return None
-    if not isinstance(spec, StreamTaskSpec) or not spec.operators:
-        return None
-    head = spec.operators[0]
-    return head.settings if isinstance(head, PySparkScript) else None

@@ -34,7 +34,7 @@ from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import (APPMASTER_FILES, CA_FILE, CERT_FILE, FILES, KEY_FILE,
                                      TASKEXECUTOR_DIR, ClusterSecurity)
-from yarn_client import programs, shipping, skein_attempts
+from yarn_client import shipping, skein_attempts
 from yarn_client.rest_client import RestClient, RestError
 
 APPLICATION_TYPE = "flinkyarn"
@@ -45,7 +45,6 @@ HOME = kerberos.client_home()
 
 
 KEYTAB = "flinkyarn-login.keytab"  # the AppMaster's copy of security.kerberos.login.keytab
-PYSPARK_SETTINGS = "pyspark-settings.json"  # the settings of the one script of a per-job cluster
 
 
 class YarnDeploymentError(RuntimeError):
@@ -236,11 +235,6 @@ class YarnClusterDescriptor:
             if graph is not None:
                 (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
                 master_files["job.msgpack"] = str(work / "job.msgpack")
-                # A script's driver starts with its TaskExecutor (taskexecutor/warm_drivers.py).
-                script = programs.pyspark_settings_of(graph)
-                if script is not None and not kerberos.security_enabled():
-                    (work / PYSPARK_SETTINGS).write_bytes(msgspec.json.encode(script))
-                    files[PYSPARK_SETTINGS] = str(work / PYSPARK_SETTINGS)
             index = f"{staging.root}/applications/{{app_id}}.json"
             store = f"{staging.job_store(self.conf)}/{{app_id}}"
             cleanup = (f'--archive "{staging.uri(staging.archive(self.conf))}" '
@@ -331,7 +325,6 @@ class YarnClusterDescriptor:
         am_memory, _, _ = containers["AppMaster"]
         te_memory, te_vcores, _ = containers["TaskExecutor"]
         environment = {"PYTHONUNBUFFERED": "1"}
-        prestart = f"--pyspark-settings {PYSPARK_SETTINGS} " if PYSPARK_SETTINGS in files else ""
         # Read by skein's ApplicationMaster, as patched (yarn_client/skein_attempts.py).
         heartbeat = {skein_attempts.HEARTBEAT_ENV: str(max(1, round(
             self.conf.get(options.YARN_HEARTBEAT_INTERVAL) * 1000)))}
@@ -357,7 +350,7 @@ class YarnClusterDescriptor:
                 resources=skein.Resources(memory=te_memory, vcores=te_vcores),
                 files=files, env={**environment, "FLINKYARN_RESOURCE_ID": "taskexecutor-0"},
                 script=shipping.launch_script(shipment.python, python_path, versions, (
-                    f"-m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID {prestart}"
+                    f"-m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID "
                     f"--resource-manager skein-kv:flinkyarn.rpc_address "
                     f"--security-dir . -D taskmanager.host=$NM_HOST {properties}")))})
 

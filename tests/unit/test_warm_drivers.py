@@ -15,7 +15,7 @@ import pytest
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkSettings
 from taskexecutor import warm_drivers
-from taskexecutor.pyspark_driver import driver_conf, driver_environment, yarn_conf
+from taskexecutor.pyspark_driver import driver_conf, driver_environment
 from taskexecutor.warm_drivers import WarmDrivers
 
 WAITS = [sys.executable, "-c", "import sys; sys.stdin.readline()"]
@@ -41,9 +41,7 @@ def settled(pool: WarmDrivers, ready: int) -> list:
 
 def settings_for(settings: PySparkSettings, log: Path):
     def make(folder: Path):
-        master = yarn_conf(Configuration({}), ["flinkyarn-task-a1"]) \
-            if settings.master == "yarn" else None
-        conf = driver_conf(Configuration({}), settings, folder, log, master)
+        conf = driver_conf(Configuration({}), settings, folder, log)
         return conf, driver_environment(Configuration({}), settings, conf, folder)
     return make
 
@@ -66,11 +64,11 @@ def test_a_driver_goes_to_a_script_launched_alike_with_its_settings(pool, tmp_pa
     [driver] = settled(pool, 1)
     log = tmp_path / "spark-job.log"
     # spark.driver.memory is the JVM's heap, fixed at its start: not this driver's.
-    big = PySparkSettings(spark_conf={"spark.driver.memory": "3g"})
-    assert pool.take(big, settings_for(big, log)) is None
+    assert pool.take(settings_for(PySparkSettings(spark_conf={"spark.driver.memory": "3g"}),
+                                  log)) is None
     assert settled(pool, 1) == [driver]
-    seven = PySparkSettings(spark_conf={"spark.sql.shuffle.partitions": "7"})
-    taken = pool.take(seven, settings_for(seven, log))
+    taken = pool.take(settings_for(PySparkSettings(spark_conf={"spark.sql.shuffle.partitions": "7"}),
+                                   log))
     assert taken is not None
     got, conf, env = taken
     assert got is driver and pool._ready == []
@@ -101,7 +99,7 @@ def test_a_dead_driver_is_dropped_and_close_ends_the_rest(pool, tmp_path):
     [driver] = settled(pool, 1)
     driver.process.kill()
     driver.process.wait()
-    assert pool.take(PySparkSettings(), settings_for(PySparkSettings(), tmp_path / "log")) is None
+    assert pool.take(settings_for(PySparkSettings(), tmp_path / "log")) is None
     assert not driver.folder.exists()
     assert settled(pool, 0) == []         # none before a script or a slot ends
     pool.replenish()
@@ -119,75 +117,3 @@ def test_a_per_job_cluster_of_one_script_keeps_no_warm_driver_unless_told():
     assert "pyspark.warm-drivers=0" in _pyspark_cluster_properties(SparkSubmitOptions(), {})
     told = _pyspark_cluster_properties(SparkSubmitOptions(), {"pyspark.warm-drivers": "1"})
     assert not any(p.startswith("pyspark.warm-drivers=") for p in told)
-
-
-@pytest.fixture
-def plain_hadoop(tmp_path, monkeypatch):
-    """A Hadoop configuration without Kerberos, as a YARN container has."""
-    conf = tmp_path / "hadoop-conf"
-    conf.mkdir()
-    (conf / "core-site.xml").write_text("<configuration/>")
-    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
-    return conf
-
-
-SCRIPT = PySparkSettings(master="yarn", spark_conf={"spark.executor.memory": "2g"},
-                         environment={"PYSPARK_ARCHIVES_PATH": "hdfs:///cache/pyspark.zip"},
-                         archives=[("hdfs:///data/d.zip", "d")])
-
-
-def test_a_prestarted_driver_starts_its_jvm_alone_and_goes_to_its_script_only(
-        pool, tmp_path, plain_hadoop):
-    """The TaskExecutor of a per-job cluster starts its script's driver as it starts: with
-    the script's settings (master yarn: no warm-up, which would be a Spark application),
-    taken by a script with those very settings, however they travelled, and by no other,
-    even one a warm driver would do for."""
-    pool.prestart(SCRIPT)
-    [driver] = settled(pool, 1)
-    assert driver.process.args[-1] == "--jvm-only"
-    assert "--master yarn --deploy-mode client" in driver.env["PYSPARK_SUBMIT_ARGS"]
-    log = tmp_path / "spark-job.log"
-    other = PySparkSettings(master="yarn", spark_conf={"spark.executor.memory": "3g"},
-                            environment=SCRIPT.environment, archives=SCRIPT.archives)
-    assert pool.may_take(other) is False
-    assert pool.take(other, settings_for(other, log)) is None
-    local = PySparkSettings()  # eligible for a warm driver: not for this one
-    assert pool.take(local, settings_for(local, log)) is None
-    assert settled(pool, 1) == [driver]
-    # The settings as the script's task has them: archives as lists (unpickled, decoded).
-    same = PySparkSettings(master="yarn", spark_conf=dict(SCRIPT.spark_conf),
-                           environment=dict(SCRIPT.environment),
-                           archives=[["hdfs:///data/d.zip", "d"]])  # type: ignore[list-item]
-    assert pool.may_take(same)
-    taken = pool.take(same, settings_for(same, log))
-    assert taken is not None
-    got, conf, _ = taken
-    assert got is driver
-    assert conf["spark.yarn.tags"].split(",")[0] == "flinkyarn-task-a1"  # the task's own
-    got.hand_over(driver.folder / "script" / "s.py", [], conf)
-    assert got.process.wait(timeout=10) == 0
-    got.end()
-
-
-def test_no_prestarted_driver_for_py_files_a_clients_folder_or_kerberos(pool, tmp_path, plain_hadoop):
-    pool.prestart(PySparkSettings(master="yarn", py_files=["hdfs:///lib/a.py#a.py"]))
-    pool.prestart(PySparkSettings(master="local", working_dir=str(tmp_path)))
-    assert settled(pool, 0) == []
-    (plain_hadoop / "core-site.xml").write_text(
-        "<configuration><property><name>hadoop.security.authentication</name>"
-        "<value>kerberos</value></property></configuration>")
-    pool.prestart(SCRIPT)
-    assert settled(pool, 0) == []
-
-
-def test_the_client_finds_the_settings_of_a_scripts_job_and_of_no_other(tmp_path):
-    from flinkyarn.ids import JobID, JobVertexID
-    from flinkyarn.jobgraph import JobGraph, JobVertex
-    from yarn_client.programs import pyspark_job_graph, pyspark_settings_of
-
-    script = tmp_path / "s.py"
-    script.write_text("print('hello')\n")
-    graph = pyspark_job_graph(script, ("1",), SCRIPT)
-    assert warm_drivers.same_settings(pyspark_settings_of(graph), SCRIPT)
-    plain = JobGraph(JobID("j"), "plain", [JobVertex(JobVertexID("v"), "v", 1, b"not a pickle")])
-    assert pyspark_settings_of(plain) is None

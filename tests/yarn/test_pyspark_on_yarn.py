@@ -163,11 +163,10 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     assert len(set(executors.values())) == 2, f"executors on {executors}"
 
 
-def test_a_per_job_script_takes_the_driver_its_taskexecutor_started_with_it(hadoop):
+def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop):
     """`flinkyarn run --pyspark` in place of spark-submit's cluster mode: an application of
-    its own, whose TaskExecutor starts the script's driver (its JVM, master yarn, with the
-    script's settings from the client) as it starts itself; the script runs in that
-    driver on Spark's executors, shows its output, and both applications succeed."""
+    its own whose TaskExecutor runs the script's driver, on Spark's executors; the
+    script's output reaches the client and both applications succeed."""
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--pyspark",
                        "--num-executors", "1", str(EXAMPLES / "pi.py"), "2")
     assert result.returncode == 0, result.stderr[-4000:]
@@ -175,8 +174,7 @@ def test_a_per_job_script_takes_the_driver_its_taskexecutor_started_with_it(hado
     spark_app = spark_application(result.stderr)
     assert yarn_cluster.application_report(spark_app)["finalStatus"] == "SUCCEEDED"
     app_id = re.search(r"submitted (application_\d+_\d+)", result.stderr)[1]
-    logs = application_logs(app_id, "starting the driver (master yarn, warm)")
-    assert "prestarted (master yarn) PySpark driver" in logs
+    assert yarn_cluster.application_report(app_id)["finalStatus"] == "SUCCEEDED"
 
 
 EXITS = """\
