@@ -158,7 +158,7 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     assert not re.search(r"Uploading resource file:\S+(jars|\.tar)", job_logs.stdout)
 
     # pi's executors, one on each node: last, their nodes had the other scripts' time to
-    # hand in its logs.
+    # hand in their logs.
     executors = executor_containers(spark_app, 2)
     assert len(set(executors.values())) == 2, f"executors on {executors}"
 
