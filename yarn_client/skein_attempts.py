@@ -125,6 +125,24 @@ def redirect_call(data: bytes, target: tuple[str, str, str], helper: str,
             + rest.replace(call, struct.pack(">BH", _INVOKESTATIC, method)))
 
 
+def _path_of(name: str) -> list[bytes]:
+    """Constant-pool entries 8 to 17 of a helper that opens file `name` of its working
+    folder: 9 String's class, 11 `name` as a string constant, 17 Paths.get(String,
+    String[])."""
+    return [
+        _utf8("java/lang/String"),                                    # 8
+        struct.pack(">BH", _CLASS, 8),                                # 9
+        _utf8(name),                                                  # 10
+        struct.pack(">BH", _STRING, 10),                              # 11
+        _utf8("java/nio/file/Paths"),                                 # 12
+        struct.pack(">BH", _CLASS, 12),                               # 13
+        _utf8("get"),                                                 # 14
+        _utf8("(Ljava/lang/String;[Ljava/lang/String;)Ljava/nio/file/Path;"),  # 15
+        struct.pack(">BHH", _NAME_AND_TYPE, 14, 15),                  # 16
+        struct.pack(">BHH", _METHODREF, 13, 16),                      # 17: Paths.get
+    ]
+
+
 def class_file(name: str, pool: list[bytes], method_name: int, descriptor: int, code: bytes,
                max_stack: int, max_locals: int, exceptions: bytes = b"",
                handlers: int = 0) -> bytes:
@@ -231,16 +249,7 @@ def unregister_helper_class() -> bytes:
         _utf8("Code"),                                                # 5
         _utf8(_UNREGISTER),                                           # 6
         _utf8(_UNREGISTER_HELPER_DESCRIPTOR),                         # 7
-        _utf8("java/lang/String"),                                    # 8
-        struct.pack(">BH", _CLASS, 8),                                # 9
-        _utf8(FINAL_TRACKING_URL_FILE),                               # 10
-        struct.pack(">BH", _STRING, 10),                              # 11
-        _utf8("java/nio/file/Paths"),                                 # 12
-        struct.pack(">BH", _CLASS, 12),                               # 13
-        _utf8("get"),                                                 # 14
-        _utf8("(Ljava/lang/String;[Ljava/lang/String;)Ljava/nio/file/Path;"),  # 15
-        struct.pack(">BHH", _NAME_AND_TYPE, 14, 15),                  # 16
-        struct.pack(">BHH", _METHODREF, 13, 16),                      # 17: Paths.get
+        *_path_of(FINAL_TRACKING_URL_FILE),                          # 8-17
         _utf8("java/nio/file/Files"),                                 # 18
         struct.pack(">BH", _CLASS, 18),                               # 19
         _utf8("readAllBytes"),                                        # 20
@@ -402,16 +411,7 @@ def last_attempt_helper_class() -> bytes:
         _utf8("Code"),                                                # 5
         _utf8(_GET_ATTEMPT_ID),                                       # 6
         _utf8(f"(L{_ATTEMPT_ID};)I"),                                 # 7
-        _utf8("java/lang/String"),                                    # 8
-        struct.pack(">BH", _CLASS, 8),                                # 9
-        _utf8(FINAL_END_FILE),                                        # 10
-        struct.pack(">BH", _STRING, 10),                              # 11
-        _utf8("java/nio/file/Paths"),                                 # 12
-        struct.pack(">BH", _CLASS, 12),                               # 13
-        _utf8("get"),                                                 # 14
-        _utf8("(Ljava/lang/String;[Ljava/lang/String;)Ljava/nio/file/Path;"),  # 15
-        struct.pack(">BHH", _NAME_AND_TYPE, 14, 15),                  # 16
-        struct.pack(">BHH", _METHODREF, 13, 16),                      # 17: Paths.get
+        *_path_of(FINAL_END_FILE),                                   # 8-17
         _utf8("java/nio/file/Files"),                                 # 18
         struct.pack(">BH", _CLASS, 18),                               # 19
         _utf8("exists"),                                              # 20
