@@ -35,7 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402  (hdfs, parquet_counts, same, timed)
-import wordcount  # noqa: E402  (the corpus, PySpark's job, Timed, read_counts)
+import wordcount  # noqa: E402  (the corpus, PySpark's job, Timed)
+from taskexecutor.reaper import proc_stat  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "scale.json"
@@ -52,14 +53,14 @@ def _processes() -> dict[int, tuple[int, int, list[str]]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
+        fields = proc_stat(int(entry))
         try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rpartition(b")")[2].split()
             with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
                 command = [part.decode(errors="replace") for part in cmdline.read().split(b"\0") if part]
         except OSError:
             continue
-        table[int(entry)] = (int(fields[1]), int(fields[21]) * PAGE, command)
+        if fields is not None:
+            table[int(entry)] = (int(fields[1]), int(fields[21]) * PAGE, command)
     return table
 
 
@@ -196,12 +197,8 @@ def check(megabytes: float, results: dict, base: str) -> dict:
     """The same words with the same counts from every run of this size."""
     counts = {}
     if "local" in results:
-        table = wordcount.read_counts(WORK / "local-out")
-        counts["flinkyarn local"] = dict(zip(table.column("word").to_pylist(),
-                                             table.column("count").to_pylist()))
-        table = wordcount.read_counts(WORK / "pyspark-out")
-        counts["pyspark local"] = dict(zip(table.column("word").to_pylist(),
-                                           table.column("count").to_pylist()))
+        counts["flinkyarn local"] = peers.parquet_counts(str(WORK / "local-out"), "word")
+        counts["pyspark local"] = peers.parquet_counts(str(WORK / "pyspark-out"), "word")
     if "yarn" in results:
         counts["flinkyarn yarn"] = peers.parquet_counts(results["yarn"].pop("sink"), "word")
     return peers.same(f"wordcount {megabytes:g} MB", counts)
