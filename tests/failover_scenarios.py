@@ -68,6 +68,14 @@ class Target:
                         ("FINISHED", "FAILED", "CANCELED") and d, timeout, "the job to end")
 
 
+def victim_of(target: Target, job_id: str) -> str:
+    """A TaskExecutor with a slot of `job_id`, whose loss the job must see: in a session
+    others may be idle, or on their way out after an earlier scenario."""
+    return wait_for(lambda: next((te.resource_id for te in target.rest.overview().task_executors
+                                  if any(s.job_id == job_id for s in te.slots)), None),
+                    30, f"a TaskExecutor with a slot of job {job_id}")
+
+
 def read(path: str) -> pa.Table:
     filesystem, local = resolve(path)
     return pq.read_table(local, filesystem=filesystem)
@@ -116,7 +124,7 @@ def harm_a_task_executor_mid_job(target: Target, how: signal.Signals,
         target.wait_until_running(job_id)
         wait_for(lambda: jobs.markers(folder, "held") == {"0", "1"}, 180,
                  "both sources holding in the middle of the job")
-        victim = target.rest.overview().task_executors[0].resource_id
+        victim = victim_of(target, job_id)
         pid = target.pid_of(victim)
         os.kill(pid, how)
     finally:
@@ -255,7 +263,7 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
         assert sorted((t.vertex_id, t.subtask_index) for t in latest.tasks
                       if t.snapshot.operators) == sorted(
             (v.vertex_id, i) for v in vertices for i in range(v.parallelism))
-        victim = target.rest.overview().task_executors[0].resource_id
+        victim = victim_of(target, job_id)
         os.kill(target.pid_of(victim), signal.SIGKILL)
     finally:
         jobs.write_text(jobs.join(folder, "harmed"))
@@ -308,10 +316,13 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
                      "".join(f"{n}\n" for n in range(first, first + lines)))
         if number in (files // 3, 2 * files // 3):
             before = target.rest.job(job_id).checkpoints
-            wait_for(lambda done=before.completed if before else 0:
-                     (v := target.rest.job(job_id).checkpoints) and v.completed > done,
-                     60, "a checkpoint after the last harm")
-            victim = target.rest.overview().task_executors[0].resource_id
+            try:
+                wait_for(lambda done=before.completed if before else 0:
+                         (v := target.rest.job(job_id).checkpoints) and v.completed > done,
+                         60, "a checkpoint after the last harm")
+            except AssertionError as error:
+                raise AssertionError(f"{error}: {target.rest.job(job_id)}") from None
+            victim = victim_of(target, job_id)
             os.kill(target.pid_of(victim), signal.SIGKILL)
             victims.append(victim)
             try:

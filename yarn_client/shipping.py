@@ -28,6 +28,8 @@ import getpass
 import hashlib
 import importlib.metadata
 import io
+import json
+import os
 import shlex
 import sys
 import tarfile
@@ -155,13 +157,13 @@ class Staging:
         return None
 
     def ensure(self, cached: str, build: Callable[[Path], Path], what: str,
-               name: str) -> Localized:
-        """The archive `cached` of the cache (or of a provided folder), built by
-        `build(folder)` and uploaded when absent; localized as `name`."""
+               name: str, kind: str = "archive") -> Localized:
+        """The archive (or file: `kind`) `cached` of the cache (or of a provided folder),
+        built by `build(folder)` and uploaded when absent; localized as `name`."""
         found = self.find(cached)
         if found is not None:
             self.say(f"  {what}: cached, nothing to upload ({self.uri(found)})")
-            return Localized(name, self.uri(found), "archive", "private")
+            return Localized(name, self.uri(found), kind, "private")
         self.private_folder(self.cache)
         with tempfile.TemporaryDirectory(prefix="flinkyarn-ship-") as folder:
             start = time.monotonic()
@@ -173,7 +175,7 @@ class Staging:
             start = time.monotonic()
             self.upload(local, target)
             self.say(f"  {what}: uploaded in {time.monotonic() - start:.1f} s")
-        return Localized(name, self.uri(target), "archive", "private", size)
+        return Localized(name, self.uri(target), kind, "private", size)
 
     def upload(self, local: Path, target: str, mode: str = "600") -> None:
         """Writes `local` to `target` atomically: into a unique partial name, then renamed;
@@ -188,16 +190,21 @@ class Staging:
         if not renamed.get("boolean"):
             self.fs.rm(partial)
 
-    def upload_new(self, files: dict[str, Path], mode: str = "600") -> None:
+    def upload_new(self, files: dict[str, Path], mode: str = "600",
+                   mtime: int | None = None) -> None:
         """Writes each local file of `files` to its target (the key) at once, for a folder
         of this submit alone that nothing reads before the submit: in place, without
         upload's partial name and rename, and concurrently, each with a filesystem of
-        its own. The caller removes the folder when this raises."""
+        its own; with `mtime`, each file's modification time is set to it (ms since the
+        epoch). The caller removes the folder when this raises."""
         def write(item: tuple[str, Path]) -> None:
             target, local = item
-            self._write(hadoop.hdfs(self.user, fresh=True), local, target, mode)
+            fs = hadoop.hdfs(self.user, fresh=True)
+            self._write(fs, local, target, mode)
+            if mtime is not None:
+                fs._call("SETTIMES", "put", target, modificationtime=mtime, accesstime=-1)
 
-        with concurrent.futures.ThreadPoolExecutor(min(8, len(files) or 1),
+        with concurrent.futures.ThreadPoolExecutor(min(16, len(files) or 1),
                                                    thread_name_prefix="upload") as pool:
             for _ in pool.map(write, files.items()):  # the first error raises
                 pass
@@ -251,6 +258,11 @@ class _Progress(io.RawIOBase):
 # ------------------------------------------------------------------ the environment
 
 
+def client_cache() -> Path:
+    """This user's cache of flinkyarn's client (XDG_CACHE_HOME/flinkyarn)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flinkyarn"
+
+
 def environment_prefix() -> Path:
     """The virtual (or conda) environment this client runs in."""
     prefix = Path(sys.prefix)
@@ -271,15 +283,42 @@ def site_packages(prefix: Path) -> list[str]:
     return [p for p in sys.path if p.startswith(str(prefix)) and p.endswith("site-packages")]
 
 
-def environment_digest(site: list[str]) -> str:
+def environment_digest(site: list[str], cache: Path | None = None) -> str:
     """A digest of what is installed in the folders `site`: the interpreter's version
     and every distribution's name, version and RECORD (which lists each installed file
-    with its hash); flinkyarn itself is left out, it travels as code."""
+    with its hash); flinkyarn itself is left out, it travels as code. Reading every
+    distribution's metadata takes half a second: the digest is kept in `cache` (a
+    file) under a key of each metadata folder's name and its RECORD's size and
+    modification time, which every install, upgrade or removal changes."""
+    key = hashlib.sha256(f"{sys.version_info[:3]}\0{sys.implementation.name}\0".encode())
+    for folder in site:
+        with os.scandir(folder) as entries:
+            infos = sorted(e.name for e in entries if e.name.endswith((".dist-info", ".egg-info")))
+        for name in infos:
+            try:
+                record = os.stat(os.path.join(folder, name, "RECORD"))
+                key.update(f"{name}\0{record.st_size}\0{record.st_mtime_ns}\0".encode())
+            except OSError:
+                key.update(f"{name}\0-\0".encode())
+    known: dict[str, str] = {}
+    if cache is not None:
+        try:
+            known = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if key.hexdigest() in known:
+            return known[key.hexdigest()]
     digest = hashlib.sha256(f"{sys.version_info[:3]}\0{sys.implementation.name}\0".encode())
     dists = [d for d in importlib.metadata.distributions(path=site) if not _is_ours(d)]
     for dist in sorted(dists, key=lambda d: (d.metadata["Name"] or "").lower()):
         digest.update(f"{dist.metadata['Name']}\0{dist.version}\0".encode())
         digest.update((dist.read_text("RECORD") or "").encode())
+    if cache is not None:
+        known = {**dict(list(known.items())[-20:]), key.hexdigest(): digest.hexdigest()[:20]}
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f"{cache.name}.{os.getpid()}")
+        partial.write_text(json.dumps(known))
+        os.replace(partial, cache)
     return digest.hexdigest()[:20]
 
 
@@ -372,7 +411,7 @@ def ship(conf: Configuration, staging: Staging) -> Shipment:
                                 f"give the archive another with {path}#NAME")
         shipment.files[name] = _user_archive(staging, path, name)
     prefix = environment_prefix()
-    digest = environment_digest(site_packages(prefix))
+    digest = environment_digest(site_packages(prefix), client_cache() / "environment-digests.json")
     env_name = f"environment-{digest}.tar"
     shipment.files[ENVIRONMENT_DIR] = staging.ensure(
         env_name, lambda folder: pack_environment(prefix, folder, env_name),
@@ -405,7 +444,7 @@ def _user_archive(staging: Staging, path: str, name: str) -> Localized:
     local = Path(path).expanduser()
     if not local.is_file():
         raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: no such file {path}")
-    return _cached_copy(staging, local, "archive", f"archive {local}", name)
+    return cached_copy(staging, local, "archive", f"archive {local}", name)
 
 
 def _file_digest(path: Path) -> str:
@@ -416,12 +455,14 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()[:20]
 
 
-def _cached_copy(staging: Staging, local: Path, kind: str, what: str, name: str) -> Localized:
+def cached_copy(staging: Staging, local: Path, kind: str, what: str, name: str,
+                localize_as: str = "archive") -> Localized:
     """`local`'s content in the cache as `<kind>-<digest><suffix>`, uploaded once;
-    localized as `name`."""
+    localized as `name`, an archive or (`localize_as`) a file."""
     suffix = "".join(local.suffixes[-2:]) if local.name.endswith((".tar.gz", ".tar.bz2")) \
         else local.suffix
-    return staging.ensure(f"{kind}-{_file_digest(local)}{suffix}", lambda folder: local, what, name)
+    return staging.ensure(f"{kind}-{_file_digest(local)}{suffix}", lambda folder: local, what,
+                          name, localize_as)
 
 
 # ------------------------------------------------------------------ the containers
@@ -491,7 +532,7 @@ def _cached_file(staging: Staging, local: Path, what: str, kind: str = "file") -
     """The URL of `local`'s content in the cache, uploaded once."""
     if not local.is_file():
         raise ShippingError(f"{what}: no such file {local}")
-    return _cached_copy(staging, local, kind, f"{what} {local}", local.name).uri
+    return cached_copy(staging, local, kind, f"{what} {local}", local.name).uri
 
 
 @dataclass

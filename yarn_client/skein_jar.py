@@ -28,18 +28,18 @@ import zipfile
 from pathlib import Path
 
 from flinkyarn import hadoop
-from yarn_client import skein_attempts
+from yarn_client import shipping, skein_attempts
 
 APPLICATION_TYPE = "flinkyarn"
-_AM_JAVA = "/bin/java -Xmx128M "
+_SKEIN_AM_JAVA = "/bin/java -Xmx128M "
 # -XX:-UsePerfData: the JVM's hsperfdata file goes to /tmp whatever java.io.tmpdir says,
 # which is outside the container's folders and left behind by a killed AppMaster.
 # skein's JVMs (the client's driver, the ApplicationMaster) mostly wait: lean ones.
-_AM_JAVA_17 = (f"/bin/java -Xmx128M {hadoop.LEAN_JVM} --add-opens=java.base/java.util=ALL-UNNAMED "
-               "--add-opens=java.base/java.lang=ALL-UNNAMED ")
+AM_JAVA = (f"/bin/java -Xmx128M {hadoop.LEAN_JVM} --add-opens=java.base/java.util=ALL-UNNAMED "
+           "--add-opens=java.base/java.lang=ALL-UNNAMED ")
 # class file -> the string constants rewritten in it
 _PATCHES = {
-    "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_AM_JAVA, _AM_JAVA_17)),
+    "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_SKEIN_AM_JAVA, AM_JAVA)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
 _EDITION = "flinkyarn8"  # bump when the patches change, so cached copies are rebuilt
@@ -126,14 +126,12 @@ def _client_hdfs_option() -> str:
         original = hadoop.conf_dir() / "hdfs-site.xml"
     except hadoop.HadoopConfigError:
         return ""
-    folder = hdfs_site_with(hadoop.CLIENT_HDFS, original, _cache())
+    folder = hdfs_site_with(hadoop.CLIENT_HDFS, original, shipping.client_cache())
     if folder is None or any(c.isspace() for c in str(folder)):  # skein splits the options
         return ""
     return f"-Xbootclasspath/a:{folder}"
 
 
-def _cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flinkyarn"
 
 
 def driver_java_options() -> str:
@@ -168,6 +166,6 @@ def use_flinkyarn_jar() -> str:
     current = skein.core._SKEIN_JAR
     if _EDITION in os.path.basename(current):
         return current
-    path = str(patched_jar(current, _cache()))
+    path = str(patched_jar(current, shipping.client_cache()))
     skein.core._SKEIN_JAR = path
     return path

@@ -22,7 +22,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import msgspec
 
@@ -34,7 +34,7 @@ from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import (APPMASTER_FILES, CA_FILE, CERT_FILE, FILES, KEY_FILE,
                                      TASKEXECUTOR_DIR, ClusterSecurity)
-from yarn_client import shipping, skein_attempts
+from yarn_client import rest_submit, shipping, skein_attempts, skein_jar
 from yarn_client.rest_client import RestClient, RestError
 
 APPLICATION_TYPE = "flinkyarn"
@@ -141,8 +141,6 @@ class _StartingDriver:
     stops it whether it was used or not (its driver is a process of ours)."""
 
     def __init__(self, attempt_failures_validity_ms: int = 0) -> None:
-        from yarn_client import skein_jar
-
         log = HOME / "logs" / "skein-driver.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skein-driver")
@@ -193,15 +191,20 @@ class YarnClusterDescriptor:
         extras = self._ship_files()
         staging = shipping.Staging(self.conf, self._say)
         start = time.monotonic()
-        # skein's driver (a JVM: seconds) starts while the files are shipped.
-        driver = _StartingDriver(round(
-            self.conf.get(options.YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL) * 1000))
+        validity_ms = round(self.conf.get(options.YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL) * 1000)
+        # Without Kerberos the client submits through the ResourceManager's REST API
+        # (yarn_client/rest_submit.py); on a secure cluster skein's driver (a JVM:
+        # seconds) gathers the delegation tokens, and starts while the files are shipped.
+        driver = _StartingDriver(validity_ms) if kerberos.security_enabled() else None
         self._say("shipping to the cluster:")
         work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
         credentials, app_id, up = None, None, False
         try:
             try:
                 shipment = shipping.ship(self.conf, staging)
+                jar = None if driver is not None else shipping.cached_copy(
+                    staging, Path(skein_jar.use_flinkyarn_jar()), "file",
+                    "skein's ApplicationMaster", rest_submit.JAR, localize_as="file")
                 ClusterSecurity.generate(work / "security")
                 credentials = f"{staging.root}/clusters/{new_id()}"
                 staging.private_folder(credentials)
@@ -210,7 +213,8 @@ class YarnClusterDescriptor:
                 keytab = self._keytab()
                 if keytab is not None:
                     uploads[f"{credentials}/{KEYTAB}"] = keytab
-                staging.upload_new(uploads)
+                if driver is not None:  # else written with the application's folder
+                    staging.upload_new(uploads)
             except OSError as error:  # WebHDFS: refused, unreachable, permission denied
                 raise YarnDeploymentError(
                     f"cannot ship to {staging.uri(staging.root)}: {error}") from None
@@ -244,17 +248,15 @@ class YarnClusterDescriptor:
                        f'--staging-file "{index.format(app_id="$SKEIN_APPLICATION_ID")}" ')
             spec = self._spec(mode, graph, master_files, files, shipment, containers, cleanup)
             phases: dict[str, float] = {"uploaded bytes": float(shipment.uploaded_bytes)}
-            with driver.client() as client:
-                app_id = client.submit(spec)
-                phases["submitted"] = time.monotonic() - start
-                self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
-                          f"[{phases['submitted']:.1f} s]")
-                try:
-                    rest_address, dashboard, tokens = self._wait_for_appmaster(
-                        client, app_id, start, phases)
-                except BaseException:
-                    client.kill_application(app_id)
-                    raise
+            app_id = self._submit(spec, staging, jar, driver, validity_ms, uploads)
+            phases["submitted"] = time.monotonic() - start
+            self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
+                      f"[{phases['submitted']:.1f} s]")
+            try:
+                rest_address, dashboard, tokens = self._wait_for_appmaster(app_id, start, phases)
+            except BaseException:
+                kill(app_id)
+                raise
             up = True
             info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
                     "name": spec.name, "credentials": credentials,
@@ -266,13 +268,36 @@ class YarnClusterDescriptor:
             os.replace(work / "security", target / "security")
             (target / "cluster.json").write_text(json.dumps(info))
         finally:
-            driver.close()
+            if driver is not None:
+                driver.close()
             shutil.rmtree(work, ignore_errors=True)
             if credentials is not None and not up:  # nothing submitted, or it was killed
                 staging.remove_quietly(credentials)
         return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security"),
                                              timeout=self.conf.get(options.CLIENT_TIMEOUT)),
                           dashboard, phases, tokens, store.format(app_id=app_id))
+
+    def _submit(self, spec, staging: shipping.Staging, jar: shipping.Localized | None,
+                driver: _StartingDriver | None, validity_ms: int,
+                uploads: dict[str, Path]) -> str:
+        """Submits `spec` through skein's driver where there is one, else through the
+        ResourceManager's REST API, writing `uploads` with the application's folder;
+        the application's id."""
+        if driver is not None:
+            with driver.client() as client:
+                return client.submit(spec)
+        assert jar is not None
+        submission = None
+        try:
+            submission = rest_submit.Submission(staging, jar)
+            return submission.submit(spec, application_type=APPLICATION_TYPE,
+                                     validity_ms=validity_ms, uploads=uploads)
+        except BaseException as error:
+            if submission is not None:
+                submission.discard()
+            if isinstance(error, OSError):  # WebHDFS or the ResourceManager refused
+                raise YarnDeploymentError(f"cannot submit to YARN: {error}") from None
+            raise
 
     def _keytab(self) -> Path | None:
         """security.kerberos.login.keytab, shipped (owner-only, like the cluster's keys)
@@ -354,30 +379,32 @@ class YarnClusterDescriptor:
                     f"--resource-manager skein-kv:flinkyarn.rpc_address "
                     f"--security-dir . -D taskmanager.host=$NM_HOST {properties}")))})
 
-    def _wait_for_appmaster(self, client, app_id: str, start: float,
-                            phases: dict[str, float], timeout: float = 300.0
-                            ) -> tuple[str, str, TokenStatus | None]:
+    def _wait_for_appmaster(self, app_id: str, start: float, phases: dict[str, float],
+                            timeout: float = 300.0) -> tuple[str, str, TokenStatus | None]:
         """Shows the start-up phases; returns (REST address, dashboard URL, what the
         AppMaster says of its delegation tokens on a secure cluster)."""
         seen = state = "SUBMITTED"
+        clients: dict[str, Any] = {}  # by the AppMaster's address
 
         def started() -> tuple[str, str, TokenStatus | None] | None:
             nonlocal seen, state
-            # skein's driver, running anyway, asks the ResourceManager as YARN's own
-            # client does (RM HA, Kerberos).
-            report = client.application_report(app_id)
-            state = str(report.state)
+            report = application_report(app_id)
+            state = report["state"]
             if state != seen and state in ("ACCEPTED", "RUNNING"):
                 phases[state.lower()] = time.monotonic() - start
                 self._say(f"  {state.lower()} [{phases[state.lower()]:.1f} s]")
                 seen = state
             if state in TERMINAL:
                 raise YarnDeploymentError(
-                    f"{app_id} ended while starting: {report.final_status}: "
-                    f"{(report.diagnostics or '').strip()}\n  logs: yarn logs -applicationId {app_id}")
-            if state != "RUNNING":
+                    f"{app_id} ended while starting: {report.get('finalStatus')}: "
+                    f"{(report.get('diagnostics') or '').strip()}\n"
+                    f"  logs: yarn logs -applicationId {app_id}")
+            if state != "RUNNING" or not report.get("amRPCAddress"):
                 return None
-            values = client.connect(app_id, wait=False).kv.get_prefix("flinkyarn.")
+            address = report["amRPCAddress"]
+            if address not in clients:
+                clients[address] = skein_application(report)
+            values = clients[address].kv.get_prefix("flinkyarn.")
             if REST_ADDRESS_KEY not in values:
                 return None
             phases["appmaster up"] = time.monotonic() - start
@@ -595,14 +622,20 @@ def wait_for_end(app_id: str, timeout: float = 120.0) -> dict:
         raise YarnDeploymentError(f"{app_id} still {state} after {timeout:g} s") from None
 
 
+def skein_application(report: dict):
+    """skein's client of the ApplicationMaster of a running application (`report`: the
+    ResourceManager's), with this user's skein credentials, which it serves with."""
+    import skein
+
+    return skein.ApplicationClient(report["amRPCAddress"], report["id"],
+                                   security=skein.Security.from_default())
+
+
 def container_logs(app_id: str) -> list[tuple[str, str]]:
     """(container id, its logs in `yarn logs`' layout) of each TaskExecutor container of
     a running application, ended ones too, from the NodeManagers that ran them."""
-    from yarn_client import skein_jar
-
-    with skein_jar.client() as client:
-        containers = client.connect(app_id, wait=False).get_containers(
-            states=["RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
+    containers = skein_application(application_report(app_id)).get_containers(
+        states=["RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     found = []
     for container in containers:
@@ -630,7 +663,8 @@ def container_logs(app_id: str) -> list[tuple[str, str]]:
 
 
 def kill(app_id: str) -> None:
-    from yarn_client import skein_jar
-
-    with skein_jar.client() as client:
-        client.kill_application(app_id)
+    """Asks the ResourceManager to kill `app_id`."""
+    try:
+        hadoop.kill_application(app_id)
+    except hadoop.ResourceManagerError as error:
+        raise YarnDeploymentError(str(error)) from None

@@ -60,6 +60,25 @@ def test_environment_digest_follows_what_is_installed_but_not_flinkyarn(tmp_path
     assert shipping.environment_digest([str(site)]) != first, "a changed file changes it"
 
 
+def test_the_cached_environment_digest_follows_every_install_and_removal(tmp_path):
+    site, cache = tmp_path / "site-packages", tmp_path / "cache" / "digests.json"
+    _dist(site, "alpha", "1.0", "alpha/__init__.py,sha256=aaa,10\n")
+    first = shipping.environment_digest([str(site)], cache)
+    assert first == shipping.environment_digest([str(site)]) and cache.is_file()
+    # Served from the cache while nothing changes: a digest planted under the key
+    # comes back.
+    cache.write_text(cache.read_text().replace(first, "planted"))
+    assert shipping.environment_digest([str(site)], cache) == "planted"
+    _dist(site, "beta", "2.0", "beta/__init__.py,sha256=bbb,10\n")
+    second = shipping.environment_digest([str(site)], cache)
+    assert second == shipping.environment_digest([str(site)]) != first
+    (site / "alpha-1.0.dist-info" / "RECORD").write_text("alpha/__init__.py,sha256=ccc,10\n")
+    assert shipping.environment_digest([str(site)], cache) == \
+        shipping.environment_digest([str(site)]) != second
+    shutil.rmtree(site / "beta-2.0.dist-info")
+    assert shipping.environment_digest([str(site)], cache) == shipping.environment_digest([str(site)])
+
+
 def test_code_archive_holds_every_package_and_the_default_configuration(tmp_path):
     archive = shipping.pack_code(tmp_path, "code.tar.gz")
     with tarfile.open(archive) as tar:

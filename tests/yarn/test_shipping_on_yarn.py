@@ -149,7 +149,10 @@ def test_a_second_submit_of_the_same_environment_uploads_nothing(nodes, tmp_path
     assert second.returncode == 0, second.stderr[-3000:]
     assert "Python environment" in second.stderr
     assert "uploading" not in second.stderr, second.stderr
-    assert second.stderr.count("cached, nothing to upload") == 2, second.stderr
+    # The environment, our code and skein's jar (which skein's driver would upload to
+    # every application's folder).
+    assert second.stderr.count("cached, nothing to upload") == 3, second.stderr
+    assert "skein's ApplicationMaster: cached" in second.stderr
 
 
 def _wrong_python_archive(tmp_path: Path) -> tuple[Path, str]:
