@@ -11,6 +11,7 @@ every container must fit its maximum allocation, else nothing is submitted.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import math
 import os
@@ -255,7 +256,8 @@ class YarnClusterDescriptor:
             try:
                 rest_address, dashboard, tokens = self._wait_for_appmaster(app_id, start, phases)
             except BaseException:
-                kill(app_id)
+                with contextlib.suppress(YarnDeploymentError):  # the first error says more
+                    kill(app_id)
                 raise
             up = True
             info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
