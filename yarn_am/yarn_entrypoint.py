@@ -190,14 +190,19 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
                                        "flinkyarn dashboard")
         await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: am.info.rest_address.encode(),
                                                 DASHBOARD_KEY: page.address.encode()})
-        if archive is not None:
-            await asyncio.to_thread(archive_start, archive, app, args.mode, attempt)
-        if store is not None:  # how clients of an earlier attempt find this one
-            await asyncio.to_thread(store.put_leader,
-                                    Leader(attempt, am.info.rest_address, page.address))
         if graph is not None:
             job_task.append(supervise(_run_job(app, am, graph, outcome, on_fatal),
                                       f"running job {graph.name!r} ({graph.job_id})", on_fatal))
+        # The application's archive entry and, for clients of an earlier attempt, where
+        # this one serves: HDFS writes (each can take 0.4 s) that the job starts beside.
+        # The AppMaster does not stop before on_ready returns: they are done by then.
+        writes = []
+        if archive is not None:
+            writes.append(asyncio.to_thread(archive_start, archive, app, args.mode, attempt))
+        if store is not None:
+            writes.append(asyncio.to_thread(store.put_leader,
+                                            Leader(attempt, am.info.rest_address, page.address)))
+        await asyncio.gather(*writes)
 
     await appmaster.serve(on_ready)
     for task in job_task:

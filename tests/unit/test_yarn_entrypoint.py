@@ -7,11 +7,14 @@ ApplicationClient and a driver that starts no container (no YARN here)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import msgspec
 import pytest
 
 from flinkyarn import kerberos
+from flinkyarn.archive import JobArchive
 from flinkyarn.ids import JobID, JobVertexID
 from flinkyarn.jobgraph import JobGraph, JobVertex
 from flinkyarn.rpc.security import ClusterSecurity
@@ -247,3 +250,42 @@ def test_a_session_stopped_by_a_signal_keeps_its_store_unless_yarn_is_killing_it
     assert code == 1
     assert app.final == ("KILLED", f"the AppMaster was stopped by signal {int(signal.SIGTERM)}")
     assert cleaned == ([["/staging/x"]] if yarn_kills_it else [])
+
+
+@NO_HANG
+def test_a_per_job_job_starts_beside_the_appmasters_own_writes_which_end_before_it(
+        tmp_path, monkeypatch):
+    """The archive entry (an HDFS write on YARN) does not hold up the job, and the
+    application does not end before it is written: its end (in its last attempt) is
+    archived over it."""
+    class Specified(FakeApplication):
+        def get_specification(self):
+            return type("Spec", (), {"name": "waits", "user": "alice"})()
+
+    written_at_submit = []
+    written = threading.Event()
+    real_start = yarn_entrypoint.archive_start
+
+    def slow_start(*args):
+        time.sleep(1.0)  # an HDFS write taking its time
+        real_start(*args)
+        written.set()
+
+    async def refused(self, request):
+        written_at_submit.append(written.is_set())
+        raise ValueError("no slots for it, ever")
+    monkeypatch.setattr(yarn_entrypoint, "archive_start", slow_start)
+    monkeypatch.setattr(Dispatcher, "submit_job", refused)
+    app = Specified()
+    archive = tmp_path / "archive"
+    original = yarn_entrypoint.main
+    monkeypatch.setattr(yarn_entrypoint, "main",
+                        lambda argv: original([*argv, "--archive", str(archive),
+                                               "-D", "yarn.application-attempts=1"]))
+
+    assert run_main(tmp_path, monkeypatch, app) == 1
+
+    assert written_at_submit == [False]
+    assert app.final[0] == "FAILED" and "no slots for it, ever" in app.final[1]
+    entry = JobArchive(str(archive)).application(app.id)
+    assert entry is not None and entry.status == "FAILED", entry
