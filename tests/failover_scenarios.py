@@ -317,9 +317,12 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
         if number in (files // 3, 2 * files // 3):
             before = target.rest.job(job_id).checkpoints
             try:
+                # With a Spark stage a checkpoint completes once its interval's Spark job
+                # ran, the first in a freshly started Spark JVM (after a harm, in the
+                # replacement TaskExecutor): tens of seconds on a loaded machine.
                 wait_for(lambda done=before.completed if before else 0:
                          (v := target.rest.job(job_id).checkpoints) and v.completed > done,
-                         60, "a checkpoint after the last harm")
+                         180 if spark else 60, "a checkpoint after the last harm")
             except AssertionError as error:
                 raise AssertionError(f"{error}: {target.rest.job(job_id)}") from None
             victim = victim_of(target, job_id)
