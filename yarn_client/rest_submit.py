@@ -28,6 +28,7 @@ delegation tokens the application needs, so yarn_cluster.py still starts it ther
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import getpass
 import hashlib
 import os
@@ -109,7 +110,8 @@ class Submission:
         caller discards the folder and the uploads then."""
         import skein
 
-        spec = skein.ApplicationSpec.from_protobuf(spec.to_protobuf())  # ours to change
+        # Ours to change. (Not through protobuf: skein's from_protobuf drops max_attempts.)
+        spec = copy.deepcopy(spec)
         skein.Security.from_default()  # makes ~/.skein/skein.{crt,pem} on first use
         credentials = Path(skein.properties.config_dir)
         uri = self.staging.uri
