@@ -87,8 +87,9 @@ def _resource(status: dict[str, Any], uri: str, kind: str, visibility: str) -> d
 
 
 class Submission:
-    """One application's submit: `prepare` writes its folder, `submit` hands it to the
-    ResourceManager; `discard` removes the folder of a submit that did not happen."""
+    """One application's submit: made, it has the application's id from the
+    ResourceManager; `submit` writes its folder and hands it to the ResourceManager;
+    `discard` removes the folder of a submit that did not happen."""
 
     def __init__(self, staging: shipping.Staging, jar: shipping.Localized) -> None:
         self.staging = staging
