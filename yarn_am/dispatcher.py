@@ -166,6 +166,8 @@ class Dispatcher(RpcEndpoint):
                                  f"{self._store.folder}: {error}") from None
         if graph.job_id in self.jobs:  # submitted again while we asked
             raise ValueError(f"job {graph.job_id} was already submitted")
+        if self.stopping:  # the AppMaster stops while the graph was stored
+            raise ValueError(f"job {graph.name!r} cannot run: the AppMaster is stopping")
         self.jobs[graph.job_id] = JobRecord(job_master, job_master.output)
         self.spawn(self._supervise(job_master), f"jobmaster-{graph.job_id}")
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))

@@ -74,9 +74,11 @@ class Outcome:
         later overrides (not the job's result, not the stop that follows). `final`:
         another AppMaster attempt would meet the same failure (no TaskExecutor can ever
         start), so YARN gets none."""
+        self.final = self.final or final
+        if self.fatal:  # the first failure is the cause; what follows is its consequence
+            return
         self.status, self.diagnostics = "FAILED", diagnostics
         self.fatal = True
-        self.final = self.final or final
 
 
 def supervise(coroutine: Coroutine[Any, Any, None], what: str,
@@ -117,7 +119,8 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
         try:
             await dispatcher.submit_job(SubmitJob(graph))
         except ValueError as error:
-            outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
+            if not outcome.fatal:  # else refused because the application ends for that
+                outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
             appmaster.shutdown()
             return
     progress = supervise(_report_progress(app, dispatcher, graph.job_id),

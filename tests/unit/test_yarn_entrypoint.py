@@ -289,3 +289,11 @@ def test_a_per_job_job_starts_beside_the_appmasters_own_writes_which_end_before_
     assert app.final[0] == "FAILED" and "no slots for it, ever" in app.final[1]
     entry = JobArchive(str(archive)).application(app.id)
     assert entry is not None and entry.status == "FAILED", entry
+
+
+def test_the_first_failure_is_the_applications_cause_not_what_follows_from_it():
+    outcome = yarn_entrypoint.Outcome()
+    outcome.fail("flinkyarn: environment mismatch: ...", final=True)
+    outcome.fail("running job 'hello' failed: the AppMaster is stopping")
+    assert (outcome.status, outcome.diagnostics, outcome.final) == (
+        "FAILED", "flinkyarn: environment mismatch: ...", True)
