@@ -208,7 +208,10 @@ YARN_APPLICATION_ATTEMPTS = option(
     "How many times YARN starts the AppMaster of an application (at most the ResourceManager's yarn.resourcemanager.am.max-attempts): a lost AppMaster comes back as the next attempt and its unfinished jobs run again (flinkyarn/job_store.py).")
 YARN_HEARTBEAT_INTERVAL = option(
     "yarn.heartbeat.interval", POSITIVE_DURATION, "1 s",
-    "How often the AppMaster asks YARN's ResourceManager for containers while it has none pending (also how long a new request may wait for that call); while one is pending, every second. Flink's default is 5 s, MapReduce's 1 s.")
+    "How often the AppMaster calls YARN's ResourceManager while it has no container request pending (a new request is sent at once). Flink's default is 5 s, MapReduce's 1 s.")
+YARN_CONTAINER_REQUEST_INTERVAL = option(
+    "yarn.heartbeat.container-request-interval", POSITIVE_DURATION, "200 ms",
+    "How often the AppMaster calls YARN's ResourceManager while a container request is pending, to take the container as soon as YARN allocates it (at most yarn.heartbeat.interval). Flink's default is 500 ms; Spark starts at 200 ms.")
 YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL = option(
     "yarn.application-attempt-failures-validity-interval", DURATION, "10 s",
     "Only AppMaster failures within this time of each other count towards yarn.application-attempts; 0: every failure counts, however long ago (YARN's default).")

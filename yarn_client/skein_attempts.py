@@ -46,7 +46,8 @@ _INVOKEVIRTUAL, _INVOKESTATIC = 0xB6, 0xB8
 # Constant-pool entry sizes after the tag byte (Utf8: a length, then that many bytes).
 _SIZES = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4, 15: 3, 16: 2,
           17: 4, 18: 4, 19: 2, 20: 2}
-_UTF8, _INTEGER, _CLASS, _STRING, _LONG, _METHODREF, _NAME_AND_TYPE = 1, 3, 7, 8, 5, 10, 12
+_UTF8, _INTEGER, _CLASS, _STRING, _LONG, _FIELDREF, _METHODREF, _NAME_AND_TYPE = (
+    1, 3, 7, 8, 5, 9, 10, 12)
 
 
 class UnsupportedClass(RuntimeError):
@@ -143,24 +144,35 @@ def _path_of(name: str) -> list[bytes]:
     ]
 
 
+def method_info(method_name: int, descriptor: int, code: bytes, max_stack: int,
+                max_locals: int, exceptions: bytes = b"", handlers: int = 0) -> bytes:
+    """A public static method of a class file whose pool has the Utf8 "Code" at 5;
+    `method_name`, `descriptor`: pool indices; `exceptions`: `handlers`
+    exception-table entries (start, end, handler, catch type: four u2)."""
+    code_attribute = (struct.pack(">HHI", max_stack, max_locals, len(code)) + code
+                      + struct.pack(">H", handlers) + exceptions + struct.pack(">H", 0))
+    return (struct.pack(">HHHH", 0x0009, method_name, descriptor, 1)  # public static
+            + struct.pack(">HI", 5, len(code_attribute)) + code_attribute)
+
+
 def class_file(name: str, pool: list[bytes], method_name: int, descriptor: int, code: bytes,
                max_stack: int, max_locals: int, exceptions: bytes = b"",
-               handlers: int = 0) -> bytes:
+               handlers: int = 0, more_methods: tuple[bytes, ...] = (),
+               fields: tuple[bytes, ...] = ()) -> bytes:
     """A class file (Java 6 format: verified without stack maps) of public class `name`
-    extending java.lang.Object with one public static method. `pool` holds the
-    constants from index 5 on (1-4: the class's and Object's names and classes, 5 must
-    be the Utf8 "Code"); `method_name`, `descriptor`: pool indices; `exceptions`:
-    `handlers` exception-table entries (start, end, handler, catch type: four u2)."""
+    extending java.lang.Object with one public static method (method_info's arguments),
+    and `more_methods` (method_info's results) and `fields` (field_info structures).
+    `pool` holds the constants from index 5 on (1-4: the class's and Object's names and
+    classes, 5 must be the Utf8 "Code")."""
     head = [_utf8(name), struct.pack(">BH", _CLASS, 1), _utf8("java/lang/Object"),
             struct.pack(">BH", _CLASS, 3)]
     entries = head + pool
     count = 1 + sum(2 if entry[0] in (_LONG, 6) else 1 for entry in entries)
-    code_attribute = (struct.pack(">HHI", max_stack, max_locals, len(code)) + code
-                      + struct.pack(">H", handlers) + exceptions + struct.pack(">H", 0))
-    method = (struct.pack(">HHHH", 0x0009, method_name, descriptor, 1)  # public static
-              + struct.pack(">HI", 5, len(code_attribute)) + code_attribute)
+    methods = (method_info(method_name, descriptor, code, max_stack, max_locals, exceptions,
+                           handlers), *more_methods)
     return (struct.pack(">IHHH", 0xCAFEBABE, 0, 50, count) + b"".join(entries)
-            + struct.pack(">HHHHHH", 0x0031, 2, 4, 0, 0, 1) + method + struct.pack(">H", 0))
+            + struct.pack(">HHHHH", 0x0031, 2, 4, 0, len(fields)) + b"".join(fields)
+            + struct.pack(">H", len(methods)) + b"".join(methods) + struct.pack(">H", 0))
 
 
 def helper_class() -> bytes:
@@ -299,25 +311,52 @@ def unregister_helper_class() -> bytes:
 HEARTBEAT_HELPER = "com/anaconda/skein/FlinkyarnHeartbeat"
 HEARTBEAT_HELPER_FILE = f"{HEARTBEAT_HELPER}.class"
 HEARTBEAT_ENV = "FLINKYARN_YARN_HEARTBEAT_MS"
+PENDING_HEARTBEAT_ENV = "FLINKYARN_YARN_PENDING_HEARTBEAT_MS"
+_AMRM_CLIENT = "org/apache/hadoop/yarn/client/api/AMRMClient"
+_CONTAINER_REQUEST = f"L{_AMRM_CLIENT}$ContainerRequest;"
+# skein's classes that call what the heartbeat helper stands in for.
+ALLOCATOR_CLASS = "com/anaconda/skein/ApplicationMaster$3.class"
+SERVICE_TRACKER_CLASS = "com/anaconda/skein/ApplicationMaster$ServiceTracker.class"
 
 
 def call_heartbeat_helper(application_master: bytes) -> bytes:
-    """skein's ApplicationMaster class with its one Math.max(II)I call, in
+    """skein's ApplicationMaster class with its one Math.max(II)I call and its one
+    Math.min(JJ)J call, in
 
         idleHeartbeat = Math.min(5000, Math.max(0, conf.getInt(
             "yarn.am.liveness-monitor.expiry-interval-ms", 600000) / 2));
+        pendingHeartbeat = Math.min(1000, idleHeartbeat);
 
     going to our helper: skein's allocator asks the ResourceManager for containers every
-    idleHeartbeat ms while none is pending (every min(1000, that) while one is), so a
-    request made while it sleeps waits up to 5 s for the next call."""
-    return redirect_call(application_master, ("java/lang/Math", "max", "(II)I"),
-                         HEARTBEAT_HELPER, "(II)I", opcode=_INVOKESTATIC)
+    idleHeartbeat ms while none is pending, every pendingHeartbeat ms while one is."""
+    capped_idle = redirect_call(application_master, ("java/lang/Math", "max", "(II)I"),
+                                HEARTBEAT_HELPER, "(II)I", opcode=_INVOKESTATIC)
+    return redirect_call(capped_idle, ("java/lang/Math", "min", "(JJ)J"),
+                         HEARTBEAT_HELPER, "(JJ)J", opcode=_INVOKESTATIC)
+
+
+def call_sleep_helper(allocator: bytes) -> bytes:
+    """skein's allocator thread (ApplicationMaster$3) with its one Thread.sleep(J)V, the
+    wait between two calls of YARN's allocate, going to our helper, which a new
+    container request cuts short."""
+    return redirect_call(allocator, ("java/lang/Thread", "sleep", "(J)V"),
+                         HEARTBEAT_HELPER, "(J)V", opcode=_INVOKESTATIC)
+
+
+def call_request_helper(service_tracker: bytes) -> bytes:
+    """skein's ApplicationMaster$ServiceTracker with its one
+    AMRMClient.addContainerRequest call going to our helper, which wakes the allocator."""
+    return redirect_call(service_tracker, (_AMRM_CLIENT, "addContainerRequest",
+                                           f"({_CONTAINER_REQUEST})V"),
+                         HEARTBEAT_HELPER, f"(L{_AMRM_CLIENT};{_CONTAINER_REQUEST})V")
 
 
 def heartbeat_helper_class() -> bytes:
-    """The class file of com.anaconda.skein.FlinkyarnHeartbeat: Math.max, capped by the
-    interval the AppMaster's environment gives (yarn.heartbeat.interval, in ms):
+    """The class file of com.anaconda.skein.FlinkyarnHeartbeat:
 
+        public static volatile Thread allocator;
+
+        // Math.max, capped by yarn.heartbeat.interval (ms) from the environment.
         public static int max(int a, int b) {
             int value = Math.max(a, b);
             try {
@@ -325,6 +364,29 @@ def heartbeat_helper_class() -> bytes:
             } catch (Exception unset) {  // absent or not a number: skein's own
                 return value;
             }
+        }
+
+        // Math.min, capped by yarn.heartbeat.container-request-interval (ms).
+        public static long min(long a, long b) {
+            long value = Math.min(a, b);
+            try {
+                return Math.min(value, Long.parseLong(System.getenv(PENDING_HEARTBEAT_ENV)));
+            } catch (Exception unset) {
+                return value;
+            }
+        }
+
+        // The allocator's wait: up to ms, less when a container is requested meanwhile
+        // (or was since the last wait). An interrupt ends it as it ends Thread.sleep.
+        public static void sleep(long ms) throws InterruptedException {
+            allocator = Thread.currentThread();
+            LockSupport.parkUntil(System.currentTimeMillis() + ms);
+            Thread.sleep(0L);  // throws InterruptedException if interrupted, as skein expects
+        }
+
+        public static void addContainerRequest(AMRMClient client, ContainerRequest request) {
+            client.addContainerRequest(request);
+            LockSupport.unpark(allocator);  // nothing when null
         }
     """
     pool = [
@@ -354,8 +416,53 @@ def heartbeat_helper_class() -> bytes:
         struct.pack(">BHH", _METHODREF, 24, 27),                      # 28: Integer.parseInt
         _utf8("java/lang/Exception"),                                 # 29
         struct.pack(">BH", _CLASS, 29),                               # 30
+        _utf8("(JJ)J"),                                               # 31
+        struct.pack(">BHH", _NAME_AND_TYPE, 12, 31),                  # 32
+        struct.pack(">BHH", _METHODREF, 9, 32),                       # 33: Math.min(JJ)J
+        _utf8(PENDING_HEARTBEAT_ENV),                                 # 34
+        struct.pack(">BH", _STRING, 34),                              # 35
+        _utf8("java/lang/Long"),                                      # 36
+        struct.pack(">BH", _CLASS, 36),                               # 37
+        _utf8("parseLong"),                                           # 38
+        _utf8("(Ljava/lang/String;)J"),                               # 39
+        struct.pack(">BHH", _NAME_AND_TYPE, 38, 39),                  # 40
+        struct.pack(">BHH", _METHODREF, 37, 40),                      # 41: Long.parseLong
+        _utf8("sleep"),                                               # 42
+        _utf8("(J)V"),                                                # 43
+        _utf8("java/lang/Thread"),                                    # 44
+        struct.pack(">BH", _CLASS, 44),                               # 45
+        struct.pack(">BHH", _NAME_AND_TYPE, 42, 43),                  # 46
+        struct.pack(">BHH", _METHODREF, 45, 46),                      # 47: Thread.sleep
+        _utf8("currentThread"),                                       # 48
+        _utf8("()Ljava/lang/Thread;"),                                # 49
+        struct.pack(">BHH", _NAME_AND_TYPE, 48, 49),                  # 50
+        struct.pack(">BHH", _METHODREF, 45, 50),                      # 51: Thread.currentThread
+        _utf8("allocator"),                                           # 52
+        _utf8("Ljava/lang/Thread;"),                                  # 53
+        struct.pack(">BHH", _NAME_AND_TYPE, 52, 53),                  # 54
+        struct.pack(">BHH", _FIELDREF, 2, 54),                        # 55: allocator
+        _utf8("java/util/concurrent/locks/LockSupport"),              # 56
+        struct.pack(">BH", _CLASS, 56),                               # 57
+        _utf8("parkUntil"),                                           # 58
+        struct.pack(">BHH", _NAME_AND_TYPE, 58, 43),                  # 59
+        struct.pack(">BHH", _METHODREF, 57, 59),                      # 60: LockSupport.parkUntil
+        _utf8("unpark"),                                              # 61
+        _utf8("(Ljava/lang/Thread;)V"),                               # 62
+        struct.pack(">BHH", _NAME_AND_TYPE, 61, 62),                  # 63
+        struct.pack(">BHH", _METHODREF, 57, 63),                      # 64: LockSupport.unpark
+        _utf8("currentTimeMillis"),                                   # 65
+        _utf8("()J"),                                                 # 66
+        struct.pack(">BHH", _NAME_AND_TYPE, 65, 66),                  # 67
+        struct.pack(">BHH", _METHODREF, 18, 67),                      # 68: System.currentTimeMillis
+        _utf8("addContainerRequest"),                                 # 69
+        _utf8(f"({_CONTAINER_REQUEST})V"),                            # 70
+        _utf8(_AMRM_CLIENT),                                          # 71
+        struct.pack(">BH", _CLASS, 71),                               # 72
+        struct.pack(">BHH", _NAME_AND_TYPE, 69, 70),                  # 73
+        struct.pack(">BHH", _METHODREF, 72, 73),                      # 74: AMRMClient.addContainerRequest
+        _utf8(f"(L{_AMRM_CLIENT};{_CONTAINER_REQUEST})V"),            # 75
     ]
-    code = bytes([
+    capped_max = bytes([
         0x1A, 0x1B,        # 0: iload_0, iload_1
         0xB8, 0, 11,       # 2: invokestatic Math.max
         0x3D,              # 5: istore_2 (value)
@@ -369,9 +476,48 @@ def heartbeat_helper_class() -> bytes:
         0x1C,              # 20: iload_2
         0xAC,              # 21: ireturn
     ])
-    handler = struct.pack(">HHHH", 6, 19, 19, 30)  # [6, 19) -> 19, catching Exception
-    return class_file(HEARTBEAT_HELPER, pool, 6, 7, code, max_stack=2, max_locals=3,
-                      exceptions=handler, handlers=1)
+    capped_min = bytes([
+        0x1E, 0x20,        # 0: lload_0, lload_2
+        0xB8, 0, 33,       # 2: invokestatic Math.min(JJ)J
+        0x37, 4,           # 5: lstore 4 (value)
+        0x16, 4,           # 7: lload 4
+        0x12, 35,          # 9: ldc PENDING_HEARTBEAT_ENV
+        0xB8, 0, 22,       # 11: invokestatic System.getenv
+        0xB8, 0, 41,       # 14: invokestatic Long.parseLong
+        0xB8, 0, 33,       # 17: invokestatic Math.min(JJ)J
+        0xAD,              # 20: lreturn
+        0x57,              # 21: pop (the exception)
+        0x16, 4,           # 22: lload 4
+        0xAD,              # 24: lreturn
+    ])
+    sleep = bytes([
+        0xB8, 0, 51,       # 0: invokestatic Thread.currentThread
+        0xB3, 0, 55,       # 3: putstatic allocator
+        0xB8, 0, 68,       # 6: invokestatic System.currentTimeMillis
+        0x1E,              # 9: lload_0
+        0x61,              # 10: ladd
+        0xB8, 0, 60,       # 11: invokestatic LockSupport.parkUntil
+        0x09,              # 14: lconst_0
+        0xB8, 0, 47,       # 15: invokestatic Thread.sleep
+        0xB1,              # 18: return
+    ])
+    request = bytes([
+        0x2A, 0x2B,        # 0: aload_0, aload_1
+        0xB6, 0, 74,       # 2: invokevirtual AMRMClient.addContainerRequest
+        0xB2, 0, 55,       # 5: getstatic allocator
+        0xB8, 0, 64,       # 8: invokestatic LockSupport.unpark
+        0xB1,              # 11: return
+    ])
+    allocator = struct.pack(">HHHH", 0x0049, 52, 53, 0)  # public static volatile
+    return class_file(
+        HEARTBEAT_HELPER, pool, 6, 7, capped_max, max_stack=2, max_locals=3,
+        exceptions=struct.pack(">HHHH", 6, 19, 19, 30), handlers=1,  # [6, 19) -> 19
+        more_methods=(
+            method_info(12, 31, capped_min, max_stack=4, max_locals=6,
+                        exceptions=struct.pack(">HHHH", 7, 21, 21, 30), handlers=1),
+            method_info(42, 43, sleep, max_stack=4, max_locals=2),
+            method_info(69, 75, request, max_stack=2, max_locals=2)),
+        fields=(allocator,))
 
 
 # ------------------------------------------------ an end that no other attempt could change

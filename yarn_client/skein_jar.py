@@ -14,7 +14,8 @@ changes. The copy is cached beside the user's other caches, keyed by the origina
 digest, and skein is pointed at it before it starts a driver (`use_flinkyarn_jar`).
 The copy also sets each application's attempt-failures validity interval, lets the
 AppMaster give YARN a final tracking URL, lets it ask YARN for containers every
-yarn.heartbeat.interval instead of every 5 s, and lets it end the application before its
+yarn.heartbeat.interval instead of every 5 s (at once when one is requested, then every
+yarn.heartbeat.container-request-interval until it comes), and lets it end the application before its
 last attempt (skein has no option for any of them:
 yarn_client/skein_attempts.py).
 """
@@ -42,7 +43,7 @@ _PATCHES = {
     "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_SKEIN_AM_JAVA, AM_JAVA)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
-_EDITION = "flinkyarn8"  # bump when the patches change, so cached copies are rebuilt
+_EDITION = "flinkyarn9"  # bump when the patches change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:
@@ -81,6 +82,10 @@ def patched_jar(original: str, cache: Path) -> Path:
             if entry.filename == "com/anaconda/skein/ApplicationMaster.class":
                 data = skein_attempts.call_last_attempt_helper(skein_attempts.call_heartbeat_helper(
                     skein_attempts.call_unregister_helper(data)))
+            if entry.filename == skein_attempts.ALLOCATOR_CLASS:
+                data = skein_attempts.call_sleep_helper(data)
+            if entry.filename == skein_attempts.SERVICE_TRACKER_CLASS:
+                data = skein_attempts.call_request_helper(data)
             out.writestr(entry, data)
         out.writestr(skein_attempts.HELPER_FILE, skein_attempts.helper_class())
         out.writestr(skein_attempts.UNREGISTER_HELPER_FILE, skein_attempts.unregister_helper_class())

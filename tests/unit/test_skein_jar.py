@@ -143,46 +143,97 @@ def test_the_helper_classes_pass_the_jvms_verifier_and_the_final_tracking_url_is
 
 
 HEARTBEAT_CHECK = """
+import org.apache.hadoop.yarn.client.api.AMRMClient;
+import org.apache.hadoop.yarn.client.api.impl.AMRMClientImpl;
+import com.anaconda.skein.FlinkyarnHeartbeat;
+
 public class Check {
+    static Thread waiting() throws Exception {
+        Thread thread = new Thread(() -> {
+            try {
+                FlinkyarnHeartbeat.sleep(600000);
+                System.out.println("woken");
+            } catch (Exception e) {  // not declared by the helper: javac would refuse
+                System.out.println(e.getClass().getSimpleName());
+            }
+        });
+        thread.start();
+        while (FlinkyarnHeartbeat.allocator != thread) Thread.sleep(10);
+        return thread;
+    }
+
     public static void main(String[] args) throws Exception {
-        // skein's idle heartbeat: min(5000, max(0, expiry / 2)), expiry 600000 by default.
-        int idle = Math.min(5000, com.anaconda.skein.FlinkyarnHeartbeat.max(0, 600000 / 2));
-        System.out.println(idle);
+        // skein's heartbeats: idle min(5000, max(0, expiry / 2)), expiry 600000 by
+        // default; pending min(1000, idle).
+        int idle = Math.min(5000, FlinkyarnHeartbeat.max(0, 600000 / 2));
+        long pending = FlinkyarnHeartbeat.min(1000, idle);
+        System.out.println(idle + " " + pending);
+        if (args.length == 0) return;
+        AMRMClientImpl<AMRMClient.ContainerRequest> client =
+            new AMRMClientImpl<AMRMClient.ContainerRequest>() {
+                public void addContainerRequest(AMRMClient.ContainerRequest request) {
+                    System.out.println("request added");
+                }
+            };
+        // The allocator waits 10 min; a container request wakes it.
+        Thread allocator = waiting();
+        FlinkyarnHeartbeat.addContainerRequest(client, null);
+        allocator.join();
+        // Interrupted (skein's shutdown), the wait throws, as Thread.sleep does.
+        allocator = waiting();
+        allocator.interrupt();
+        allocator.join();
     }
 }
 """
 
 
-def test_skeins_application_master_takes_its_idle_heartbeat_from_our_helper(tmp_path):
-    """The ApplicationMaster's one Math.max call goes to our helper, in place; the helper,
-    loaded with every check on (-Xverify:all), caps skein's interval at the one the
-    AppMaster's environment names (yarn.heartbeat.interval) and keeps skein's without
-    one or with a garbled one."""
+def test_skeins_application_master_takes_its_heartbeats_and_waits_from_our_helper(tmp_path):
+    """The ApplicationMaster's one Math.max and one Math.min(long) call, its allocator's
+    one Thread.sleep and its service tracker's one addContainerRequest go to our helper,
+    in place. The helper, loaded with every check on (-Xverify:all) against YARN's client
+    classes: caps skein's idle interval at the one the AppMaster's environment names
+    (yarn.heartbeat.interval) and its pending one at
+    yarn.heartbeat.container-request-interval, keeping skein's without one or with a
+    garbled one; a container request ends the allocator's wait at once (a test that
+    hangs for 10 minutes when it does not: the subprocess's timeout fails it), and an
+    interrupt ends it with InterruptedException, which is how skein stops its
+    allocator."""
     import os
     import subprocess
 
-
+    import local_hadoop
     from yarn_client import skein_attempts
 
-    assert 1 <= len(changed_code(skein_attempts.call_heartbeat_helper)) <= 2  # the index alone
+    assert 2 <= len(changed_code(skein_attempts.call_heartbeat_helper)) <= 4  # the indices alone
+    assert 1 <= len(changed_code(skein_attempts.call_sleep_helper,
+                                 skein_attempts.ALLOCATOR_CLASS)) <= 2
+    # invokevirtual -> invokestatic, and the index
+    assert 2 <= len(changed_code(skein_attempts.call_request_helper,
+                                 skein_attempts.SERVICE_TRACKER_CLASS)) <= 3
     folder = tmp_path / "com" / "anaconda" / "skein"
     folder.mkdir(parents=True)
     (folder / "FlinkyarnHeartbeat.class").write_bytes(skein_attempts.heartbeat_helper_class())
     (tmp_path / "Check.java").write_text(HEARTBEAT_CHECK)
+    lib = local_hadoop.Layout.default().lib
 
-    def idle(value: str | None) -> str:
-        env = {k: v for k, v in os.environ.items() if k != skein_attempts.HEARTBEAT_ENV}
-        if value is not None:
-            env[skein_attempts.HEARTBEAT_ENV] = value
-        result = subprocess.run(["java", "-Xverify:all", "-cp", ".", "Check.java"], cwd=tmp_path,
-                                env=env, capture_output=True, text=True, timeout=120)
+    def run(idle: str | None, pending: str | None, *args: str) -> list[str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in (skein_attempts.HEARTBEAT_ENV, skein_attempts.PENDING_HEARTBEAT_ENV)}
+        for key, value in ((skein_attempts.HEARTBEAT_ENV, idle),
+                           (skein_attempts.PENDING_HEARTBEAT_ENV, pending)):
+            if value is not None:
+                env[key] = value
+        result = subprocess.run(["java", "-Xverify:all", "-cp", f".:{lib}/*", "Check.java", *args],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout.strip()
+        return result.stdout.split("\n")[:-1]
 
-    assert idle("1000") == "1000"
-    assert idle("250") == "250"
-    assert idle(None) == "5000"
-    assert idle("soon") == "5000"
+    assert run("1000", "200") == ["1000 200"]
+    assert run("250", "500") == ["250 250"]  # never above the idle interval
+    assert run(None, None) == ["5000 1000"]
+    assert run("soon", "later") == ["5000 1000"]
+    assert run("1000", "200", "wait") == ["1000 200", "request added", "woken", "InterruptedException"]
 
 
 LAST_ATTEMPT_CHECK = """
@@ -228,9 +279,9 @@ def test_skeins_application_master_unregisters_before_its_last_attempt_when_told
     assert attempt() == str(2**31 - 1)
 
 
-def changed_code(patch) -> list[int]:
-    """The offsets, after the constant pool, where `patch` changed skein's
-    ApplicationMaster class; nothing there moved (the same length)."""
+def changed_code(patch, entry: str = "com/anaconda/skein/ApplicationMaster.class") -> list[int]:
+    """The offsets, after the constant pool, where `patch` changed skein's class `entry`
+    (its ApplicationMaster); nothing there moved (the same length)."""
     import zipfile
 
     import skein.core
@@ -238,7 +289,7 @@ def changed_code(patch) -> list[int]:
     from yarn_client import skein_attempts
 
     with zipfile.ZipFile(skein.core._SKEIN_JAR) as jar:
-        original = jar.read("com/anaconda/skein/ApplicationMaster.class")
+        original = jar.read(entry)
     patched = patch(original)
     _, _, old_end = skein_attempts._pool(original)
     _, _, end = skein_attempts._pool(patched)
