@@ -116,9 +116,10 @@ def _container(tmp_path: Path, python: str) -> tuple[Path, Path]:
     return work, logs
 
 
-def _launch(work: Path, logs: Path, python: str, versions: str) -> subprocess.CompletedProcess:
-    script = shipping.launch_script(python, "$PWD/flinkyarn-code", versions,
-                                    "-c 'import os; print(\"started in\", os.environ[\"TMPDIR\"])'")
+def _launch(work: Path, logs: Path, python: str, versions: str,
+            command: str = "-c 'import os; print(\"started in\", os.environ[\"TMPDIR\"])'",
+            ) -> subprocess.CompletedProcess:
+    script = shipping.launch_script(python, "$PWD/flinkyarn-code", versions, command)
     env = {"PATH": os.environ["PATH"], "LOG_DIRS": f"{logs},/nowhere"}
     return subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True)
 
@@ -128,6 +129,25 @@ def test_a_fitting_interpreter_starts_with_scratch_space_inside_the_container(tm
     done = _launch(work, logs, sys.executable, runtime_check.describe(runtime_check.versions()))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"started in {work}/tmp"
+
+
+def test_skein_gets_the_standard_librarys_distutils_where_python_has_one(tmp_path):
+    """setuptools' distutils shim imports setuptools and pkg_resources (0.2 s of each
+    container's start): a container of a Python that still has distutils (< 3.12) uses
+    the standard library's."""
+    work, logs = _container(tmp_path, sys.executable)
+    versions = runtime_check.describe(runtime_check.versions())
+    done = _launch(work, logs, sys.executable, versions,
+                   "-c 'import distutils.version, sys; print(distutils.__file__, "
+                   "\"pkg_resources\" in sys.modules)'")
+    assert done.returncode == 0, done.stderr
+    where, setuptools_loaded = done.stdout.split()
+    if sys.version_info < (3, 12):
+        assert "setuptools" not in where and setuptools_loaded == "False"
+    assert "SETUPTOOLS_USE_DISTUTILS" in shipping.launch_script(
+        sys.executable, "", "python=3.11.7", "-c pass")
+    assert "SETUPTOOLS_USE_DISTUTILS" not in shipping.launch_script(
+        sys.executable, "", "python=3.12.1", "-c pass")
 
 
 def test_a_package_mismatch_names_both_versions_where_yarn_reads_it(tmp_path):
