@@ -109,6 +109,16 @@ class Dispatcher(RpcEndpoint):
         except ValueError as error:  # the job is refused (the gateway's contract)
             raise InvalidRequest(str(error)) from None
 
+    async def run_own_job(self, graph: JobGraph, again: bool = False) -> JobSubmitted:
+        """A per-job application's job. Its graph is a file of the application, there for
+        every AppMaster attempt: it is not stored again (an HDFS write before the job
+        could start). `again`: an earlier attempt ran it; it goes on from its latest
+        completed checkpoint, if it took one. ValueError when it is refused."""
+        if again:
+            log.info("job %s (%s) did not end in the previous AppMaster attempt: it runs again",
+                     graph.job_id, graph.name)
+        return await self._submit(graph, recovered=again, kept=True)
+
     async def recover(self) -> None:
         """Takes over the jobs an earlier attempt stored: each ended one is listed with its
         final details; each other one runs again from the start (its JobGraph as it was
@@ -142,9 +152,11 @@ class Dispatcher(RpcEndpoint):
         record.ended.set()
         self.jobs[details.job_id] = record
 
-    async def _submit(self, graph: JobGraph, recovered: bool = False) -> JobSubmitted:
+    async def _submit(self, graph: JobGraph, recovered: bool = False,
+                      kept: bool = False) -> JobSubmitted:
         """`recovered`: a job an earlier attempt accepted (stored already); a streaming
-        one goes on from its latest completed checkpoint, if it took one."""
+        one goes on from its latest completed checkpoint, if it took one. `kept`: the
+        graph is kept for the next attempt elsewhere; the job store gets none."""
         options.check_job_graph(graph, self._conf)
         if graph.job_id in self.jobs:
             raise ValueError(f"job {graph.job_id} was already submitted")
@@ -158,7 +170,7 @@ class Dispatcher(RpcEndpoint):
                                on_terminated=self._job_terminated, clock=self._clock,
                                savepoint=savepoint, attempt=self._attempt)
         self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
-        if self._store is not None and not recovered:  # accepted means it survives us
+        if self._store is not None and not (recovered or kept):  # accepted: it survives us
             try:
                 await self.run_blocking(self._store.put_graph, graph)
             except OSError as error:

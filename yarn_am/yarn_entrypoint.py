@@ -41,7 +41,7 @@ from flinkyarn.archive import (FINAL_TRACKING_URL_FILE, ArchivedApplication, Job
                                history_page)
 from flinkyarn.configuration import Configuration, parse_dynamic_properties
 from flinkyarn.failures import failure_cause
-from flinkyarn.gateways.dispatcher import SubmitJob, TokenStatus
+from flinkyarn.gateways.dispatcher import TokenStatus
 from flinkyarn.ids import JobID
 from flinkyarn.job_store import FINAL_END_FILE, JobStore, Leader, attempt_of
 from flinkyarn.jobgraph import JobGraph
@@ -110,14 +110,14 @@ async def _report_progress(app, dispatcher: Dispatcher, job_id: JobID) -> None:
 
 
 async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
-                   on_fatal: Callable[[str], None]) -> None:
+                   on_fatal: Callable[[str], None], attempt: int = 1) -> None:
     """Per-job mode: submit, wait for the end, record the outcome, shut down. Run under
     `supervise`; its progress reports are supervised the same way (`on_fatal`)."""
     dispatcher = appmaster.dispatcher
     assert dispatcher is not None  # it runs once the AppMaster serves
-    if graph.job_id not in dispatcher.jobs:  # else taken over from an earlier attempt
+    if graph.job_id not in dispatcher.jobs:  # else it ended in an earlier attempt
         try:
-            await dispatcher.submit_job(SubmitJob(graph))
+            await dispatcher.run_own_job(graph, again=attempt > 1)
         except ValueError as error:
             if not outcome.fatal:  # else refused because the application ends for that
                 outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
@@ -187,24 +187,28 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
 
     async def on_ready(am: AppMaster) -> None:
         assert am.info is not None  # set before on_ready
-        # The dashboard's own URL (loopback, secret path) stays here: skein's web UI, in
-        # this container, proxies it for YARN's proxy; clients get the proxied address.
-        page = await asyncio.to_thread(app.ui.add_page, "flinkyarn", am.info.dashboard_url,
-                                       "flinkyarn dashboard")
-        await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: am.info.rest_address.encode(),
-                                                DASHBOARD_KEY: page.address.encode()})
-        if graph is not None:
-            job_task.append(supervise(_run_job(app, am, graph, outcome, on_fatal),
-                                      f"running job {graph.name!r} ({graph.job_id})", on_fatal))
-        # The application's archive entry and, for clients of an earlier attempt, where
-        # this one serves: HDFS writes (each can take 0.4 s) that the job starts beside.
+        rest_address = am.info.rest_address
+        # A per-job application's job starts first: what follows are calls to skein's
+        # ApplicationMaster and HDFS writes (each can take 0.4 s), and none is for the job.
         # The AppMaster does not stop before on_ready returns: they are done by then.
-        writes = []
+        if graph is not None:
+            job_task.append(supervise(_run_job(app, am, graph, outcome, on_fatal, attempt),
+                                      f"running job {graph.name!r} ({graph.job_id})", on_fatal))
+
+        async def publish_addresses() -> None:
+            # The dashboard's own URL (loopback, secret path) stays here: skein's web UI,
+            # in this container, proxies it for YARN's proxy; clients get the proxied one.
+            assert am.info is not None
+            page = await asyncio.to_thread(app.ui.add_page, "flinkyarn", am.info.dashboard_url,
+                                           "flinkyarn dashboard")
+            await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: rest_address.encode(),
+                                                    DASHBOARD_KEY: page.address.encode()})
+            if store is not None:  # where this attempt serves, for clients of an earlier one
+                await asyncio.to_thread(store.put_leader, Leader(attempt, rest_address, page.address))
+
+        writes = [publish_addresses()]
         if archive is not None:
             writes.append(asyncio.to_thread(archive_start, archive, app, args.mode, attempt))
-        if store is not None:
-            writes.append(asyncio.to_thread(store.put_leader,
-                                            Leader(attempt, am.info.rest_address, page.address)))
         await asyncio.gather(*writes)
 
     await appmaster.serve(on_ready)

@@ -253,11 +253,12 @@ def test_a_session_stopped_by_a_signal_keeps_its_store_unless_yarn_is_killing_it
 
 
 @NO_HANG
-def test_a_per_job_job_starts_beside_the_appmasters_own_writes_which_end_before_it(
+def test_a_per_job_job_starts_before_the_appmasters_own_writes_which_end_before_it(
         tmp_path, monkeypatch):
-    """The archive entry (an HDFS write on YARN) does not hold up the job, and the
-    application does not end before it is written: its end (in its last attempt) is
-    archived over it."""
+    """Neither the archive entry (an HDFS write on YARN) nor the addresses in skein's
+    key-value store hold up the job, and the job's graph, a file of the application, is
+    not stored again; the application does not end before they are written: its end
+    (in its last attempt) is archived over its start."""
     class Specified(FakeApplication):
         def get_specification(self):
             return type("Spec", (), {"name": "waits", "user": "alice"})()
@@ -271,11 +272,12 @@ def test_a_per_job_job_starts_beside_the_appmasters_own_writes_which_end_before_
         real_start(*args)
         written.set()
 
-    async def refused(self, request):
-        written_at_submit.append(written.is_set())
+    async def refused(self, graph, again=False):
+        written_at_submit.append((written.is_set(), yarn_entrypoint.REST_ADDRESS_KEY in app.kv,
+                                  again))
         raise ValueError("no slots for it, ever")
     monkeypatch.setattr(yarn_entrypoint, "archive_start", slow_start)
-    monkeypatch.setattr(Dispatcher, "submit_job", refused)
+    monkeypatch.setattr(Dispatcher, "run_own_job", refused)
     app = Specified()
     archive = tmp_path / "archive"
     original = yarn_entrypoint.main
@@ -285,7 +287,8 @@ def test_a_per_job_job_starts_beside_the_appmasters_own_writes_which_end_before_
 
     assert run_main(tmp_path, monkeypatch, app) == 1
 
-    assert written_at_submit == [False]
+    assert written_at_submit == [(False, False, False)]
+    assert yarn_entrypoint.REST_ADDRESS_KEY in app.kv
     assert app.final[0] == "FAILED" and "no slots for it, ever" in app.final[1]
     entry = JobArchive(str(archive)).application(app.id)
     assert entry is not None and entry.status == "FAILED", entry
