@@ -93,6 +93,11 @@ def archive_key() -> str | None:
     digest = hashlib.sha256()
     stat = java.stat()
     digest.update(f"{java}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    # The JDK's own archive, which ours extends: regenerated (`java -Xshare:dump`, as a
+    # JDK package's install does), it makes ours unusable.
+    for base in sorted((java.parent.parent / "lib").glob("*/classes*.jsa")):
+        stat = base.stat()
+        digest.update(f"{base}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     for jar in sorted((home / "jars").glob("*.jar")):
         stat = jar.stat()
         digest.update(f"{jar}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())

@@ -55,7 +55,7 @@ def test_without_spark_home_the_installed_pyspark_is_found_without_importing_it(
     assert "pyspark" not in sys.modules
 
 
-def test_the_key_changes_with_a_jar_the_jdk_or_the_class_path_environment(spark_home, monkeypatch):
+def test_the_key_changes_with_a_jar_the_jdk_its_own_archive_or_the_class_path_environment(spark_home, monkeypatch):
     key = archive_key()
     assert key == archive_key()
     jar = spark_home / "jars" / "spark-sql.jar"
@@ -65,9 +65,16 @@ def test_the_key_changes_with_a_jar_the_jdk_or_the_class_path_environment(spark_
     monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")  # on spark-class's class path
     with_conf = archive_key()
     assert with_conf != changed_jar
+    base = Path(os.environ["JAVA_HOME"]) / "lib" / "server" / "classes.jsa"
+    base.parent.mkdir(parents=True)
+    base.write_bytes(b"the JDK's own archive")
+    with_base = archive_key()
+    assert with_base != with_conf
+    base.write_bytes(b"the JDK's own archive, dumped again")  # java -Xshare:dump
+    assert archive_key() != with_base
     java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
     java.write_text("#!/bin/sh\n# another JDK\n")
-    assert archive_key() != with_conf
+    assert archive_key() not in (with_conf, with_base)
 
 
 REAL_POPEN = subprocess.Popen
