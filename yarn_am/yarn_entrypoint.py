@@ -134,8 +134,10 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
     # An attached client reads the job's last output before the application ends.
     await dispatcher.output_read(graph.job_id, timeout=10.0)
     outcome.status = FINAL_STATUS[result.status.value]
-    # Cancelled by its user: no later attempt is to run it again.
-    outcome.final = result.status.value == "CANCELED"
+    # The job ended: finished, cancelled by its user, or failed once its restart strategy
+    # gave up. Another AppMaster attempt would only say so again (Flink's application
+    # unregisters too): YARN starts none.
+    outcome.final = True
     outcome.diagnostics = f"job {graph.name!r} ({graph.job_id}) {result.status.value}"
     if result.failure_cause:
         outcome.diagnostics += f": {result.failure_cause}"

@@ -138,12 +138,12 @@ def test_a_supervised_task_cancelled_at_the_end_is_no_failure():
     # The job ended in the attempt before: it is not run again; the end is final.
     (2, "FINISHED", "SUCCEEDED", True),
     (2, "FAILED", "FAILED", True),
-    # A failed end before the last attempt: YARN starts the next, which needs the store.
-    (1, "FAILED", "FAILED", False),
-    # Cancelled by its user: the end, whatever the attempt.
+    # Failed (its restart strategy gave up) or cancelled by its user: the end, whatever
+    # the attempt; YARN starts no other.
+    (1, "FAILED", "FAILED", True),
     (1, "CANCELED", "KILLED", True),
 ])
-def test_an_attempt_takes_the_stored_result_and_keeps_the_store_unless_the_end_is_final(
+def test_an_attempt_takes_the_stored_result_and_a_jobs_end_is_the_applications(
         tmp_path, monkeypatch, attempt, stored, status, removed):
     from flinkyarn.gateways.dispatcher import JobDetails
     from flinkyarn.job_store import JobStore

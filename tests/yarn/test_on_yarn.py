@@ -98,6 +98,11 @@ def test_failing_job_fails_the_application_with_its_error(tmp_path):
     assert app["finalStatus"] == "FAILED"
     assert "operator 'validate': ValueError: row 2 has no customer" in app["diagnostics"]
     assert "ValueError: row 2 has no customer" in result.stdout
+    # The job's failure is the application's end: YARN starts no other AppMaster attempt
+    # to run it again (or to report it again).
+    attempts = hadoop.rm_request(f"/ws/v1/cluster/apps/{app['id']}/appattempts")
+    assert len(attempts["appAttempts"]["appAttempt"]) == 1
+    assert "AppMaster attempt" not in app["diagnostics"]
 
 
 def test_requests_yarn_can_never_satisfy_are_refused_at_submit():
