@@ -151,7 +151,8 @@ class SparkSessionProvider:
                    tmp_dir=scratch.root / "spark",
                    host=conf.get(options.TASK_MANAGER_HOST),
                    local_dirs=[folder / "spark-local" for folder in scratch.dirs],
-                   class_data=SparkClassData.from_configuration(conf))
+                   class_data=SparkClassData.from_configuration(conf),
+                   java_options=shlex.split(conf.get(options.TASK_MANAGER_SPARK_JAVA_OPTIONS)))
 
     @property
     def memory(self) -> SparkMemoryBudget:

@@ -112,3 +112,17 @@ def test_java_options_of_spark_defaults_stay_and_ours_come_after_them(tmp_path, 
 
     assert java[:2] == ["-Dhttp.proxyHost=proxy a", "-Djava.io.tmpdir=/tmp"]
     assert java.index(f"-Djava.io.tmpdir={provider.java_tmp_dir}") > 1  # the last one wins
+
+
+def test_the_spark_jvm_compiles_with_c1_alone_unless_told_otherwise(tmp_path, tmpdir):
+    scratch = ProcessScratch.create(conf(io_tmp_dirs=str(tmp_path)), "te-")
+
+    def java_options(**settings: str) -> list[str]:
+        raw = {"io.tmp.dirs": str(tmp_path), **settings}
+        provider = SparkSessionProvider.from_configuration(Configuration.from_raw(raw), scratch)
+        return shlex.split(provider.spark_conf()["spark.driver.extraJavaOptions"])
+
+    assert "-XX:TieredStopAtLevel=1" in java_options()
+    chosen = java_options(**{"taskmanager.spark.java-options": "-XX:+UseParallelGC -Dname='a b'"})
+    assert "-XX:TieredStopAtLevel=1" not in chosen
+    assert chosen[-2:] == ["-XX:+UseParallelGC", "-Dname=a b"]
