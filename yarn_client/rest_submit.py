@@ -179,7 +179,8 @@ class Submission:
             write(f"{self.folder}/{SPEC}", spec.to_protobuf().SerializeToString())
             self.staging.fs._call("MKDIRS", "put", self.folder, permission="700")
             self.staging.upload_new(written, mtime=mtime)
-            self._set_times(list(folders), mtime)  # after their files: each write changes it
+            for folder in folders:  # after their files: each write changes it
+                self.staging.set_time(folder, mtime)
         resources = {name: _resource(statuses[f.source], f.source, str(f.type),
                                      str(f.visibility)) for name, f in master.files.items()}
         resources[SPEC] = _resource(statuses[uri(f"{self.folder}/{SPEC}")],
@@ -209,11 +210,6 @@ class Submission:
             context["attempt-failures-validity-interval"] = validity_ms
         hadoop.rm_request("/ws/v1/cluster/apps", "POST", context)
         return self.app_id
-
-    def _set_times(self, paths: list[str], mtime: int) -> None:
-        for path in paths:
-            self.staging.fs._call("SETTIMES", "put", path, modificationtime=mtime,
-                                  accesstime=-1)
 
     def _statuses(self, uris: set[str]) -> dict[str, dict[str, Any]]:
         """WebHDFS's FileStatus of each of `uris`, asked at once."""

@@ -202,12 +202,16 @@ class Staging:
             fs = hadoop.hdfs(self.user, fresh=True)
             self._write(fs, local, target, mode)
             if mtime is not None:
-                fs._call("SETTIMES", "put", target, modificationtime=mtime, accesstime=-1)
+                self.set_time(target, mtime, fs)
 
         with concurrent.futures.ThreadPoolExecutor(min(16, len(files) or 1),
                                                    thread_name_prefix="upload") as pool:
             for _ in pool.map(write, files.items()):  # the first error raises
                 pass
+
+    def set_time(self, path: str, mtime: int, fs=None) -> None:
+        """Sets `path`'s modification time (ms since the epoch), through `fs` if given."""
+        (fs or self.fs)._call("SETTIMES", "put", path, modificationtime=mtime, accesstime=-1)
 
     def _write(self, fs, local: Path, target: str, mode: str) -> None:
         """WebHDFS CREATE of `target` (never over an existing file) with `local`'s bytes."""
