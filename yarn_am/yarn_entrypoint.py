@@ -19,7 +19,9 @@ clients. Only the application's real end (SUCCEEDED, the last attempt, YARN kill
 the application, a job cancelled by its user, TaskExecutor containers that can never
 start: another attempt would start them alike) removes what the next attempt would
 need, and only an end before the last attempt that is not real lets YARN retry (skein's
-ApplicationMaster would retry every end but success: FINAL_END_FILE tells it otherwise).
+ApplicationMaster would retry every end but success: FINAL_END_FILE tells it otherwise;
+stopped by a signal, it leaves the decision to YARN, which counts with the
+attempt-failures validity interval).
 """
 
 from __future__ import annotations
@@ -334,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                 except OSError as error:  # the application still ends, without that link
                     log.warning("cannot leave the final tracking URL: %s", error)
         remove_staging_files(args.staging_files, app.id)  # the job store's folder too
-        if outcome.status != "SUCCEEDED" and attempt < attempts:  # else skein would retry
+        # skein unregisters (YARN starts no other attempt) a success, or an end it finds
+        # this file for: never by its own count (yarn_client/skein_attempts.py).
+        if outcome.status != "SUCCEEDED":
             try:
                 Path(FINAL_END_FILE).write_text(outcome.status)
             except OSError as error:

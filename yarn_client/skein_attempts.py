@@ -24,9 +24,10 @@ history server's page of the ended application (`historyserver.web.address`); an
 computes the interval of its calls to YARN's allocate while no container is pending
 through `heartbeat_helper_class()`, capped by `yarn.heartbeat.interval` from the
 AppMaster's environment (skein's own: at most 5 s, from the YARN configuration); and
-takes the end of an attempt before the last for the application's own (unregisters, so
-YARN starts no other attempt) when the AppMaster left FINAL_END_FILE, through
-`last_attempt_helper_class()`: skein unregisters only a success or the last attempt.
+takes the end of an attempt for the application's own (unregisters, so YARN starts no
+other attempt) when the AppMaster left FINAL_END_FILE, and otherwise leaves the next
+attempt to YARN, through `last_attempt_helper_class()`: skein unregisters a success or
+what it counts as the last attempt, which the validity interval may not be.
 """
 
 from __future__ import annotations
@@ -543,14 +544,18 @@ def call_last_attempt_helper(application_master: bytes) -> bytes:
 
 
 def last_attempt_helper_class() -> bytes:
-    """The class file of com.anaconda.skein.FlinkyarnLastAttempt: the attempt's number,
-    or the largest int when the AppMaster (Python, in the same working folder) left
-    FINAL_END_FILE, which makes skein treat the attempt as the last:
+    """The class file of com.anaconda.skein.FlinkyarnLastAttempt: the largest int when the
+    AppMaster (Python, in the same working folder) left FINAL_END_FILE, which makes skein
+    treat the attempt as the last (it unregisters and removes the application's folder),
+    else 0, which makes it leave the decision to YARN. skein's own count (the attempt's
+    number against the maximum) knows nothing of the attempt-failures validity interval:
+    stopped by a signal in attempt 2 of 2, it removed the application's folder, and the
+    third attempt YARN then started (the failures far enough apart) could not start:
 
         public static int getAttemptId(ApplicationAttemptId id) {
             if (Files.exists(Paths.get(FINAL_END_FILE, new String[0]), new LinkOption[0]))
                 return Integer.MAX_VALUE;
-            return id.getAttemptId();
+            return 0;
         }
     """
     pool = [
@@ -567,11 +572,6 @@ def last_attempt_helper_class() -> bytes:
         _utf8("java/nio/file/LinkOption"),                            # 24
         struct.pack(">BH", _CLASS, 24),                               # 25
         struct.pack(">Bi", _INTEGER, 2**31 - 1),                      # 26: Integer.MAX_VALUE
-        _utf8(_ATTEMPT_ID),                                           # 27
-        struct.pack(">BH", _CLASS, 27),                               # 28
-        _utf8("()I"),                                                 # 29
-        struct.pack(">BHH", _NAME_AND_TYPE, 6, 29),                   # 30
-        struct.pack(">BHH", _METHODREF, 28, 30),                      # 31: id.getAttemptId
     ]
     code = bytes([
         0x12, 11,          # 0: ldc FINAL_END_FILE
@@ -584,8 +584,7 @@ def last_attempt_helper_class() -> bytes:
         0x99, 0, 6,        # 16: ifeq 22
         0x12, 26,          # 19: ldc Integer.MAX_VALUE
         0xAC,              # 21: ireturn
-        0x2A,              # 22: aload_0
-        0xB6, 0, 31,       # 23: invokevirtual ApplicationAttemptId.getAttemptId
-        0xAC,              # 26: ireturn
+        0x03,              # 22: iconst_0
+        0xAC,              # 23: ireturn
     ])
     return class_file(LAST_ATTEMPT_HELPER, pool, 6, 7, code, max_stack=2, max_locals=1)
