@@ -25,9 +25,10 @@ computes the interval of its calls to YARN's allocate while no container is pend
 through `heartbeat_helper_class()`, capped by `yarn.heartbeat.interval` from the
 AppMaster's environment (skein's own: at most 5 s, from the YARN configuration); and
 takes the end of an attempt for the application's own (unregisters, so YARN starts no
-other attempt) when the AppMaster left FINAL_END_FILE, and otherwise leaves the next
-attempt to YARN, through `last_attempt_helper_class()`: skein unregisters a success or
-what it counts as the last attempt, which the validity interval may not be.
+other attempt) when the AppMaster left FINAL_END_FILE, and in our applications otherwise
+leaves the next attempt to YARN, through `last_attempt_helper_class()`: skein
+unregisters a success or what it counts as the last attempt, which the validity
+interval may not be.
 """
 
 from __future__ import annotations
@@ -525,6 +526,9 @@ def heartbeat_helper_class() -> bytes:
 
 LAST_ATTEMPT_HELPER = "com/anaconda/skein/FlinkyarnLastAttempt"
 LAST_ATTEMPT_HELPER_FILE = f"{LAST_ATTEMPT_HELPER}.class"
+# In the AppMaster container's environment of our applications: the AppMaster leaves
+# FINAL_END_FILE for every real end (yarn_am/yarn_entrypoint.py).
+FINAL_END_ENV = "FLINKYARN_FINAL_END_BY_FILE"
 _ATTEMPT_ID = "org/apache/hadoop/yarn/api/records/ApplicationAttemptId"
 _GET_ATTEMPT_ID = "getAttemptId"
 
@@ -546,16 +550,20 @@ def call_last_attempt_helper(application_master: bytes) -> bytes:
 def last_attempt_helper_class() -> bytes:
     """The class file of com.anaconda.skein.FlinkyarnLastAttempt: the largest int when the
     AppMaster (Python, in the same working folder) left FINAL_END_FILE, which makes skein
-    treat the attempt as the last (it unregisters and removes the application's folder),
-    else 0, which makes it leave the decision to YARN. skein's own count (the attempt's
-    number against the maximum) knows nothing of the attempt-failures validity interval:
-    stopped by a signal in attempt 2 of 2, it removed the application's folder, and the
-    third attempt YARN then started (the failures far enough apart) could not start:
+    treat the attempt as the last (it unregisters and removes the application's folder);
+    else, in an AppMaster of ours (FINAL_END_ENV set: it leaves that file for every real
+    end), 0, which makes skein leave the decision to YARN; else (another skein
+    application) the attempt's number, as skein has it. skein's own count knows nothing
+    of the attempt-failures validity interval: stopped by a signal in attempt 2 of 2, it
+    removed the application's folder, and the third attempt YARN then started (the
+    failures far enough apart) could not start:
 
         public static int getAttemptId(ApplicationAttemptId id) {
             if (Files.exists(Paths.get(FINAL_END_FILE, new String[0]), new LinkOption[0]))
                 return Integer.MAX_VALUE;
-            return 0;
+            if (System.getenv(FINAL_END_ENV) != null)
+                return 0;
+            return id.getAttemptId();
         }
     """
     pool = [
@@ -572,6 +580,19 @@ def last_attempt_helper_class() -> bytes:
         _utf8("java/nio/file/LinkOption"),                            # 24
         struct.pack(">BH", _CLASS, 24),                               # 25
         struct.pack(">Bi", _INTEGER, 2**31 - 1),                      # 26: Integer.MAX_VALUE
+        _utf8(_ATTEMPT_ID),                                           # 27
+        struct.pack(">BH", _CLASS, 27),                               # 28
+        _utf8("()I"),                                                 # 29
+        struct.pack(">BHH", _NAME_AND_TYPE, 6, 29),                   # 30
+        struct.pack(">BHH", _METHODREF, 28, 30),                      # 31: id.getAttemptId
+        _utf8(FINAL_END_ENV),                                         # 32
+        struct.pack(">BH", _STRING, 32),                              # 33
+        _utf8("java/lang/System"),                                    # 34
+        struct.pack(">BH", _CLASS, 34),                               # 35
+        _utf8("getenv"),                                              # 36
+        _utf8("(Ljava/lang/String;)Ljava/lang/String;"),              # 37
+        struct.pack(">BHH", _NAME_AND_TYPE, 36, 37),                  # 38
+        struct.pack(">BHH", _METHODREF, 35, 38),                      # 39: System.getenv
     ]
     code = bytes([
         0x12, 11,          # 0: ldc FINAL_END_FILE
@@ -584,7 +605,13 @@ def last_attempt_helper_class() -> bytes:
         0x99, 0, 6,        # 16: ifeq 22
         0x12, 26,          # 19: ldc Integer.MAX_VALUE
         0xAC,              # 21: ireturn
-        0x03,              # 22: iconst_0
-        0xAC,              # 23: ireturn
+        0x12, 33,          # 22: ldc FINAL_END_ENV
+        0xB8, 0, 39,       # 24: invokestatic System.getenv
+        0xC6, 0, 5,        # 27: ifnull 32
+        0x03,              # 30: iconst_0
+        0xAC,              # 31: ireturn
+        0x2A,              # 32: aload_0
+        0xB6, 0, 31,       # 33: invokevirtual ApplicationAttemptId.getAttemptId
+        0xAC,              # 36: ireturn
     ])
     return class_file(LAST_ATTEMPT_HELPER, pool, 6, 7, code, max_stack=2, max_locals=1)

@@ -43,7 +43,7 @@ _PATCHES = {
     "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_SKEIN_AM_JAVA, AM_JAVA)),
     "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
 }
-_EDITION = "flinkyarn10"  # bump when the patches change, so cached copies are rebuilt
+_EDITION = "flinkyarn11"  # bump when the patches change, so cached copies are rebuilt
 
 
 def _utf8_constant(text: str) -> bytes:

@@ -357,7 +357,8 @@ class YarnClusterDescriptor:
             skein_attempts.HEARTBEAT_ENV: str(max(1, round(
                 self.conf.get(options.YARN_HEARTBEAT_INTERVAL) * 1000))),
             skein_attempts.PENDING_HEARTBEAT_ENV: str(max(1, round(
-                self.conf.get(options.YARN_CONTAINER_REQUEST_INTERVAL) * 1000)))}
+                self.conf.get(options.YARN_CONTAINER_REQUEST_INTERVAL) * 1000))),
+            skein_attempts.FINAL_END_ENV: "1"}
         tags = {APPLICATION_TYPE, f"{APPLICATION_TYPE}-{mode}", *self.yarn.tags,
                 *(t for t in self.conf.get(options.YARN_TAGS).split(",") if t)}
         return skein.ApplicationSpec(

@@ -252,9 +252,12 @@ public class Check {
 def test_skeins_application_master_unregisters_when_told_and_else_leaves_the_next_attempt_to_yarn(tmp_path):
     """The ApplicationMaster's one getAttemptId call (its exit hook: unregister on success
     or at the last attempt, else let YARN retry) goes to our helper, in place; the helper,
-    loaded with every check on, gives 0 (so skein leaves the next attempt to YARN, which
-    counts with the attempt-failures validity interval), or the largest int (so skein
-    takes the attempt for the last and unregisters) once the AppMaster left its file."""
+    loaded with every check on, gives, in our AppMaster, 0 (so skein leaves the next
+    attempt to YARN, which counts with the attempt-failures validity interval), in
+    another skein application the attempt's number (skein's own count), and the
+    largest int (so skein takes the attempt for the last and unregisters) once the
+    AppMaster left its file."""
+    import os
     import subprocess
 
     import local_hadoop
@@ -269,16 +272,22 @@ def test_skeins_application_master_unregisters_when_told_and_else_leaves_the_nex
     (tmp_path / "Check.java").write_text(LAST_ATTEMPT_CHECK)
     lib = local_hadoop.Layout.default().lib
 
-    def attempt() -> str:
+    def attempt(ours: bool) -> str:
+        env = {k: v for k, v in os.environ.items() if k != skein_attempts.FINAL_END_ENV}
+        if ours:
+            env[skein_attempts.FINAL_END_ENV] = "1"
         result = subprocess.run(["java", "-Xverify:all", "-cp", f".:{lib}/*", "Check.java"],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                                cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=120)
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout.strip()
 
-    # Without the file, never the last by skein's count (attempt 1 here; YARN decides).
-    assert attempt() == "0"
+    # Without the file: in our AppMaster never the last by skein's count (YARN decides);
+    # in another skein application, skein's own count (attempt 1 here).
+    assert attempt(ours=True) == "0"
+    assert attempt(ours=False) == "1"
     (tmp_path / skein_attempts.FINAL_END_FILE).write_text("FAILED")
-    assert attempt() == str(2**31 - 1)
+    assert attempt(ours=True) == attempt(ours=False) == str(2**31 - 1)
 
 
 def changed_code(patch, entry: str = "com/anaconda/skein/ApplicationMaster.class") -> list[int]:
