@@ -191,7 +191,7 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
 
     async def on_ready(am: AppMaster) -> None:
         assert am.info is not None  # set before on_ready
-        rest_address = am.info.rest_address
+        rest_address, dashboard_url = am.info.rest_address, am.info.dashboard_url
         # A per-job application's job starts first: what follows are calls to skein's
         # ApplicationMaster and HDFS writes (each can take 0.4 s), and none is for the job.
         # The AppMaster does not stop before on_ready returns: they are done by then.
@@ -202,8 +202,7 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
         async def publish_addresses() -> None:
             # The dashboard's own URL (loopback, secret path) stays here: skein's web UI,
             # in this container, proxies it for YARN's proxy; clients get the proxied one.
-            assert am.info is not None
-            page = await asyncio.to_thread(app.ui.add_page, "flinkyarn", am.info.dashboard_url,
+            page = await asyncio.to_thread(app.ui.add_page, "flinkyarn", dashboard_url,
                                            "flinkyarn dashboard")
             await asyncio.to_thread(app.kv.update, {REST_ADDRESS_KEY: rest_address.encode(),
                                                     DASHBOARD_KEY: page.address.encode()})

@@ -15,8 +15,8 @@ digest, and skein is pointed at it before it starts a driver (`use_flinkyarn_jar
 The copy also sets each application's attempt-failures validity interval, lets the
 AppMaster give YARN a final tracking URL, lets it ask YARN for containers every
 yarn.heartbeat.interval instead of every 5 s (at once when one is requested, then every
-yarn.heartbeat.container-request-interval until it comes), and lets it end the application before its
-last attempt (skein has no option for any of them:
+yarn.heartbeat.container-request-interval until it comes), and lets our AppMaster decide
+which attempt is the last (skein has no option for any of them:
 yarn_client/skein_attempts.py).
 """
 

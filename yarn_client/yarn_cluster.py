@@ -353,12 +353,12 @@ class YarnClusterDescriptor:
         te_memory, te_vcores, _ = containers["TaskExecutor"]
         environment = {"PYTHONUNBUFFERED": "1"}
         # Read by skein's ApplicationMaster, as patched (yarn_client/skein_attempts.py).
-        heartbeat = {
-            skein_attempts.HEARTBEAT_ENV: str(max(1, round(
-                self.conf.get(options.YARN_HEARTBEAT_INTERVAL) * 1000))),
-            skein_attempts.PENDING_HEARTBEAT_ENV: str(max(1, round(
-                self.conf.get(options.YARN_CONTAINER_REQUEST_INTERVAL) * 1000))),
-            skein_attempts.FINAL_END_ENV: "1"}
+        def millis(option) -> str:
+            return str(max(1, round(self.conf.get(option) * 1000)))
+        heartbeat = {skein_attempts.HEARTBEAT_ENV: millis(options.YARN_HEARTBEAT_INTERVAL),
+                     skein_attempts.PENDING_HEARTBEAT_ENV:
+                         millis(options.YARN_CONTAINER_REQUEST_INTERVAL),
+                     skein_attempts.FINAL_END_ENV: "1"}
         tags = {APPLICATION_TYPE, f"{APPLICATION_TYPE}-{mode}", *self.yarn.tags,
                 *(t for t in self.conf.get(options.YARN_TAGS).split(",") if t)}
         return skein.ApplicationSpec(
