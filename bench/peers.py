@@ -258,15 +258,17 @@ def same(what: str, counts: dict[str, dict[str, int]]) -> dict:
 
 # ==================================================================== figures
 
-def class_data_archive(env: dict[str, str]) -> None:
+def class_data_archive(env: dict[str, str], shipped: bool = False) -> None:
     """The class-data archive of flinkyarn's local Spark JVMs for `env` (its key depends
-    on the environment), made now if there is none, as the first TaskExecutor would
-    make it in the background (taskexecutor/spark_cds.py): the runs measure the steady
-    state, not the one-time training."""
-    subprocess.run([sys.executable, "-c", "from flinkyarn.configuration import Configuration; "
-                    "from taskexecutor.spark_cds import SparkClassData; "
-                    "data = SparkClassData.from_configuration(Configuration()); "
-                    "data and print(data.ensure())"], env=env, cwd=REPO, check=True)
+    on the environment), or (`shipped`) the one the client ships to YARN for its
+    environment, made now if there is none, as the first TaskExecutor or submit would make
+    it in the background (taskexecutor/spark_cds.py): the runs measure the steady state,
+    not the one-time training."""
+    environment = "shipping.environment_prefix()" if shipped else ""
+    subprocess.run([sys.executable, "-c", "from taskexecutor import spark_cds; "
+                    "from yarn_client import shipping; "
+                    f"print(spark_cds.ensure_archive({environment}))"],
+                   env=env, cwd=REPO, check=True)
 
 
 def alternating(systems: list, runs: int, what: str, times: dict[str, list[float]]):
@@ -361,6 +363,7 @@ def per_job_wordcount(runs: int, base: str) -> dict:
         return (app["finishedTime"] - start_ms) / 1000
 
     systems = [("flinkyarn", ours), ("flink", flink)]
+    class_data_archive(env, shipped=True)
     warm_up(systems)
     for _ in alternating(systems, runs, "per-job wordcount on YARN", times):
         checked = same("per-job wordcount", {

@@ -57,8 +57,9 @@ TASK_MANAGER_SPARK_CDS_DIR = option(
     "taskmanager.spark.cds.dir", STRING, "auto",
     "Where TaskExecutors keep the class-data-sharing archive of their Spark JVM, made once "
     "per JDK and Spark (taskexecutor/spark_cds.py): its classes load in a fraction of the "
-    "time. auto: ~/.cache/flinkyarn/spark-cds for local processes, none in YARN "
-    "containers; empty: none.")
+    "time. auto: ~/.cache/flinkyarn/spark-cds for local processes and the client, which "
+    "makes one for the environment it ships to YARN (in the background the first time) and "
+    "ships it from then on; empty: none.")
 
 JOB_MANAGER_PROCESS_MEMORY = option(
     "jobmanager.memory.process.size", MEMORY_SIZE, "768 mb",

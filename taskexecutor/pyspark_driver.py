@@ -61,6 +61,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
 from taskexecutor.pyspark_launcher import SCRIPT_STARTS
 from taskexecutor.reaper import REAPER, group_alive
+from taskexecutor.spark_cds import PORTABLE_ROOT, SparkClassData
 from taskexecutor.task import TaskCancelled
 
 if TYPE_CHECKING:
@@ -167,6 +168,17 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
     }
     if master_conf is not None:
         master_conf(conf, user)
+    class_data = SparkClassData.from_configuration(te_conf) \
+        if os.environ.get("CONTAINER_ID") else None
+    if class_data is not None and class_data.class_path:
+        # The TaskExecutors' class-data archive, shipped by the client: its jars are
+        # named through `environment`, so the driver's folder has that link too.
+        link = work / PORTABLE_ROOT
+        if not link.exists():
+            link.symlink_to(Path(PORTABLE_ROOT).absolute())
+        java = [*class_data.java_options(), *java]
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(filter(None, [
+            *class_data.class_path, user.pop("spark.driver.extraClassPath", "")]))
     if user.get("spark.driver.extraJavaOptions"):
         java = [*shlex.split(user.pop("spark.driver.extraJavaOptions")), *java]
     conf["spark.driver.extraJavaOptions"] = shlex.join(java)

@@ -125,11 +125,11 @@ class SparkSessionProvider:
     def __init__(self, cores: float, memory_bytes: int, slots: int, tmp_dir: str | os.PathLike,
                  host: str = "127.0.0.1", local_dirs: Sequence[str | os.PathLike] = (),
                  class_data: SparkClassData | None = None,
-                 java_options: Sequence[str] = ()) -> None:
+                 java_options: Sequence[str] = (), class_path: Sequence[str] = ()) -> None:
         """Spark's files go under `tmp_dir`, its local dirs in `local_dirs` (default: one
         under `tmp_dir`); the JVM binds and advertises `host`, maps the class-data archive
         of `class_data` if there is one (taskexecutor/spark_cds.py) and has
-        `java_options` too."""
+        `java_options` too, and its class path starts with `class_path`."""
         self.cores = max(1, int(cores))
         self.slots = slots
         self.memory_bytes = memory_bytes
@@ -138,6 +138,7 @@ class SparkSessionProvider:
         self.local_dirs = [Path(d) for d in local_dirs] or [self.tmp_dir / "local"]
         self.class_data = class_data
         self.java_options = list(java_options)
+        self.class_path = list(class_path)
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
 
@@ -160,10 +161,13 @@ class SparkSessionProvider:
         when the session starts, so a TaskExecutor that never runs Spark is not refused."""
         return SparkMemoryBudget.of(self.memory_bytes)
 
-    def spark_conf(self, extra_java_options: Sequence[str] = ()) -> dict[str, str]:
-        """The settings the session starts with (its JVM with `extra_java_options` too).
-        Times are UTC in every container."""
-        java_options = [*shlex.split(_spark_defaults().get("spark.driver.extraJavaOptions", "")),
+    def spark_conf(self, extra_java_options: Sequence[str] = (),
+                   extra_class_path: Sequence[str] = ()) -> dict[str, str]:
+        """The settings the session starts with (its JVM with `extra_java_options` too,
+        its class path starting with `extra_class_path`). Times are UTC in every
+        container."""
+        defaults = _spark_defaults()
+        java_options = [*shlex.split(defaults.get("spark.driver.extraJavaOptions", "")),
                          f"-Djava.io.tmpdir={self.java_tmp_dir}",
                          f"-Dlog4j2.configurationFile=file:{self.tmp_dir / 'log4j2.properties'}",
                          # hsperfdata would go to /tmp whatever java.io.tmpdir says
@@ -188,6 +192,10 @@ class SparkSessionProvider:
             "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
         }
+        class_path = [*self.class_path, *extra_class_path,
+                      *filter(None, [defaults.get("spark.driver.extraClassPath")])]
+        if class_path:
+            conf["spark.driver.extraClassPath"] = os.pathsep.join(class_path)
         if self.slots > 1:
             # Several slots' Spark stages run jobs at once; share the cores between them.
             conf["spark.scheduler.mode"] = "FAIR"
@@ -261,13 +269,16 @@ class SparkSessionProvider:
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         # The archive's options, or none while a trainer starts to make one.
         archive = self.class_data.java_options() if self.class_data is not None else []
+        class_path = self.class_data.class_path if archive and self.class_data else []
         builder = SparkSession.builder
-        for key, value in self.spark_conf(archive).items():
+        for key, value in self.spark_conf(archive, class_path).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         jvm = getattr(session.sparkContext._gateway, "proc", None)  # None if pyspark's JVM was there before
         if jvm is not None:
             REAPER.watch_process(jvm.pid)
+            if archive and self.class_data is not None:
+                self.class_data.log_mapping(jvm.pid)
         session.sparkContext.setLogLevel("WARN")
         make_active(session)
         return session

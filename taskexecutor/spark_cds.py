@@ -11,8 +11,20 @@ The archive belongs to one JDK and one class path (the JVM refuses it for anothe
 then loads classes as usual), so its name is a digest of both (`archive_key`): the java
 that PySpark launches, every jar of the Spark home with its size and time, and the
 environment that adds to the class path. It lives in `taskmanager.spark.cds.dir`
-("auto": ~/.cache/flinkyarn/spark-cds for TaskExecutors that are local processes; none in
-a YARN container, whose files go with the application).
+("auto": ~/.cache/flinkyarn/spark-cds for TaskExecutors that are local processes).
+
+In YARN containers. A container's folder goes with it, and JDK 17 takes an archive only
+for the class path it was made with, each jar by its name as written (or the same file)
+and its size and time. Spark's launcher names its jars by absolute paths, which differ
+in every container. So the archive of the shipped environment (`portable`) is made with
+the jars named first once more, relative to the JVM's working folder, through the
+`environment` link that YARN makes there (spark.driver.extraClassPath; the launcher's own
+absolute names follow, never used, so never checked). The client makes it, with a link
+of that name to the environment it ships (whose jars keep their size and time in the
+tar), in the background the first time, and ships it from then on as a file of the
+HDFS cache that each node localizes once (`shipped_archive`); a TaskExecutor maps the
+one named by the key it computes for its own JDK and jars (`SparkClassData.shipped`), so
+one made for another JDK is never tried.
 
 Making it. The first TaskExecutor that finds no archive for its key starts one trainer,
 `python -m taskexecutor.spark_cds ARCHIVE`, in a session of its own with CPU only when
@@ -84,40 +96,100 @@ def spark_home() -> Path | None:
     return Path(spec.origin).parent if spec is not None and spec.origin else None
 
 
+def _files_digest(digest, files: list[tuple[str, Path]]) -> None:
+    """Each file by the name given, its size and its time in whole seconds (what the JVM
+    checks; a tar keeps no more)."""
+    for name, path in files:
+        stat = path.stat()
+        digest.update(f"{name}\0{stat.st_size}\0{int(stat.st_mtime)}\0".encode())
+
+
+def _jdk_digest(java: Path):
+    """A digest started with the java and the JDK's own archive, which ours extends:
+    regenerated (`java -Xshare:dump`, as a JDK package's install does), it makes ours
+    unusable."""
+    digest = hashlib.sha256()
+    _files_digest(digest, [(str(path), path) for path in (
+        java, *sorted((java.parent.parent / "lib").glob("*/classes*.jsa")))])
+    return digest
+
+
 def archive_key() -> str | None:
     """A digest of the JDK and the Spark JVM's class path; None when no java or no Spark
     is found."""
     java, home = _java(), spark_home()
     if java is None or home is None:
         return None
-    digest = hashlib.sha256()
-    stat = java.stat()
-    digest.update(f"{java}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-    # The JDK's own archive, which ours extends: regenerated (`java -Xshare:dump`, as a
-    # JDK package's install does), it makes ours unusable.
-    for base in sorted((java.parent.parent / "lib").glob("*/classes*.jsa")):
-        stat = base.stat()
-        digest.update(f"{base}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-    for jar in sorted((home / "jars").glob("*.jar")):
-        stat = jar.stat()
-        digest.update(f"{jar}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    digest = _jdk_digest(java)
+    _files_digest(digest, [(str(jar), jar) for jar in sorted((home / "jars").glob("*.jar"))])
     for name in CLASS_PATH_ENVIRONMENT:
         digest.update(f"{name}={os.environ.get(name, '')}\0".encode())
     return digest.hexdigest()[:20]
 
 
-class SparkClassData:
-    """The archive of one folder for this process's JDK and Spark."""
+# The shipped environment's link in a YARN container's working folder
+# (yarn_client.shipping.ENVIRONMENT_DIR), which the TaskExecutor's Spark JVM inherits.
+PORTABLE_ROOT = "environment"
 
-    def __init__(self, folder: Path, key: str) -> None:
+
+def _portable_jars(prefix: Path) -> list[tuple[str, Path]]:
+    """The jars of the environment `prefix`'s pyspark, each named through PORTABLE_ROOT,
+    in name order; none without pyspark."""
+    site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    jars = prefix / site / "pyspark" / "jars"
+    return [(f"{PORTABLE_ROOT}/{site}/pyspark/jars/{jar.name}", jar)
+            for jar in sorted(jars.glob("*.jar"))]
+
+
+def portable_key(prefix: Path) -> str | None:
+    """A digest of the JDK and the jars of the environment `prefix` as a container names
+    them; None when no java or no pyspark is found. The same on the client for the
+    environment it ships as in the container that runs it."""
+    java, jars = _java(), _portable_jars(prefix)
+    if java is None or not jars:
+        return None
+    digest = _jdk_digest(java)
+    _files_digest(digest, jars)
+    return "portable-" + digest.hexdigest()[:20]
+
+
+class SparkClassData:
+    """The archive of one folder for this process's JDK and Spark, or (`environment`) a
+    portable one of that environment's (the module's text)."""
+
+    def __init__(self, folder: Path, key: str, environment: Path | None = None) -> None:
         self.folder = folder
         self.archive = folder / f"spark-{key}.jsa"
+        self.environment = environment
+        # The Spark JVM's class path starts with these (spark.driver.extraClassPath).
+        self.class_path = [name for name, _ in _portable_jars(environment)] \
+            if environment is not None else []
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> SparkClassData | None:
         folder = archive_dir(conf)
-        key = archive_key() if folder is not None else None
-        return cls(folder, key) if folder is not None and key is not None else None
+        if folder is None:
+            return cls.shipped() if conf.get(options.TASK_MANAGER_SPARK_CDS_DIR).strip() \
+                == "auto" and os.environ.get("CONTAINER_ID") else None
+        key = archive_key()
+        return cls(folder, key) if key is not None else None
+
+    @classmethod
+    def portable(cls, conf: Configuration, environment: Path) -> SparkClassData | None:
+        """The client's portable archive of the environment it ships; None when the
+        option says none or the environment has no pyspark."""
+        folder = archive_dir(conf)
+        key = portable_key(environment) if folder is not None else None
+        return cls(folder, key, environment) if folder is not None and key is not None else None
+
+    @classmethod
+    def shipped(cls) -> SparkClassData | None:
+        """In a YARN container: the portable archive the client shipped for this JDK and
+        the shipped environment, localized into the working folder; None without one."""
+        root = Path(PORTABLE_ROOT)
+        key = portable_key(root) if root.is_dir() else None
+        data = cls(Path.cwd(), key, root) if key is not None else None
+        return data if data is not None and data.archive.is_file() else None
 
     @property
     def lock(self) -> Path:
@@ -130,16 +202,37 @@ class SparkClassData:
     def java_options(self) -> list[str]:
         """The JVM options that map the archive; none, with a trainer started to make it,
         while there is none. A folder this process cannot write only costs the archive."""
+        shipped = self.environment is not None and not self.environment.is_absolute()
         if self.archive.is_file():
-            with contextlib.suppress(OSError):
-                os.utime(self.archive)  # in use: see remove_unused
+            if not shipped:  # (a shipped one is YARN's to keep)
+                with contextlib.suppress(OSError):
+                    os.utime(self.archive)  # in use: see remove_unused
             return [f"-XX:SharedArchiveFile={self.archive}", *QUIET]
+        if shipped:
+            return []  # gone: a container makes none
         try:
             self.train_in_background()
         except OSError as error:
             log.warning("no class-data archive for the Spark JVM: cannot make one in %s: %s",
                         self.folder, error)
         return []
+
+    def log_mapping(self, pid: int) -> bool:
+        """Logs whether the JVM `pid`, started with java_options(), mapped the archive (it
+        refuses one made for another class path or JDK, and loads its classes from the
+        jars); returns it."""
+        target = os.path.realpath(self.archive)  # a container's is YARN's link to it
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                found = any(line.rstrip().endswith(target) for line in maps)
+        except OSError:
+            return False
+        if found:
+            log.info("the Spark JVM maps its class-data archive %s", self.archive)
+        else:
+            log.warning("the Spark JVM refused its class-data archive %s; its classes load "
+                        "from the jars", self.archive)
+        return found
 
     def train_in_background(self) -> bool:
         """Starts the trainer unless one runs or one failed; whether it started one."""
@@ -171,7 +264,8 @@ class SparkClassData:
         try:
             with open(self.archive.with_suffix(".log"), "wb") as log_file:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "taskexecutor.spark_cds", str(self.archive)],
+                    [sys.executable, "-m", "taskexecutor.spark_cds", str(self.archive),
+                     *([str(self.environment)] if self.environment is not None else [])],
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                     start_new_session=True, preexec_fn=_lowest_priority)
         except OSError:
@@ -194,6 +288,16 @@ class SparkClassData:
                 for partial in self.folder.glob(f"{self.archive.stem}.partial-*"):
                     partial.unlink(missing_ok=True)
         return False
+
+
+def ensure_archive(environment: Path | None = None) -> Path | None:
+    """This process's archive under the default configuration, or the portable one of
+    `environment` (the client's), made now if there is none; None if there can be none.
+    For benchmarks, which measure the steady state, not the one-time training."""
+    conf = Configuration()
+    data = SparkClassData.portable(conf, environment) if environment is not None \
+        else SparkClassData.from_configuration(conf)
+    return data.ensure() if data is not None else None
 
 
 def _lowest_priority() -> None:
@@ -258,19 +362,25 @@ def remove_unused(folder: Path, unused_for: float = UNUSED_FOR) -> list[Path]:
     return removed
 
 
-def train(archive: Path) -> None:
-    """Makes `archive` (see the module's text); removes the lock in the end."""
+def train(archive: Path, environment: Path | None = None) -> None:
+    """Makes `archive` (see the module's text), a portable one of `environment` if given;
+    removes the lock in the end."""
     from pyspark import SparkContext
 
     from taskexecutor.spark_bridge import SparkSessionProvider
 
     lock = archive.with_suffix(".lock")
-    partial = archive.with_suffix(f".partial-{os.getpid()}")
+    partial = archive.with_suffix(f".partial-{os.getpid()}").absolute()
     process = None
     try:
         with tempfile.TemporaryDirectory(prefix="spark-cds-", dir=archive.parent) as work:
+            class_path: list[str] = []
+            if environment is not None:  # in a folder like a container's
+                os.symlink(environment, Path(work, PORTABLE_ROOT))
+                os.chdir(work)
+                class_path = SparkClassData(archive.parent, "", Path(PORTABLE_ROOT)).class_path
             provider = SparkSessionProvider(cores=2, memory_bytes=1 << 30, slots=1,
-                                            tmp_dir=work, java_options=[
+                                            tmp_dir=work, class_path=class_path, java_options=[
                                                 f"-XX:ArchiveClassesAtExit={partial}", *QUIET])
             spark = provider.get()
             process = SparkContext._gateway.proc  # type: ignore[union-attr]
@@ -300,4 +410,4 @@ def train(archive: Path) -> None:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    train(Path(sys.argv[1]))
+    train(Path(sys.argv[1]).absolute(), Path(sys.argv[2]) if len(sys.argv) > 2 else None)

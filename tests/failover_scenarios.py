@@ -269,7 +269,8 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
         jobs.write_text(jobs.join(folder, "harmed"))
     details = target.result(job_id)
     assert details.status == "FINISHED", details.failure_cause
-    assert details.restarts >= 1 and victim in (details.root_cause or "")
+    assert details.restarts >= 1 and victim in (details.root_cause or ""), \
+        (victim, details.restarts, details.root_cause)
     assert details.checkpoints is not None and details.checkpoints.restored_from is not None
     # A finished job's checkpoints are deleted (externalized-checkpoint-retention), as
     # its AppMaster side winds down, just after the job shows FINISHED.

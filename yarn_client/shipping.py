@@ -9,6 +9,9 @@ gets there: only through YARN localization, from the cluster's default filesyste
   addressed the same way. It travels apart from the environment: an editable install
   points into the client's checkout, which no node has; and changing our code must not
   repack a gigabyte of pyspark.
+- The class-data archive of the TaskExecutors' Spark JVM for that environment
+  (taskexecutor/spark_cds.py), made on this machine in the background the first time,
+  then uploaded once into the cache like the environment and localized as a file.
 - The user's files (`--py-files`, `--files`) go through skein, per application.
 - The cluster's credentials, under `<staging>/clusters/<cluster id>/` (mode 0700), so
   that another machine of the same user can reach a session (`connect`), and localized
@@ -24,6 +27,7 @@ Everything here runs in the client, on its thread; HDFS is spoken over WebHDFS.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import getpass
 import hashlib
 import importlib.metadata
@@ -429,7 +433,35 @@ def ship(conf: Configuration, staging: Staging) -> Shipment:
     executable = conf.get(options.PYTHON_EXECUTABLE)
     if executable:
         shipment.python = executable if executable.startswith("/") else f"./{executable}"
+    else:
+        archive = _spark_class_data(conf, staging, prefix)
+        if archive is not None:
+            shipment.files[archive.name] = archive
     return shipment
+
+
+def _spark_class_data(conf: Configuration, staging: Staging, prefix: Path) -> Localized | None:
+    """The class-data archive of the TaskExecutors' Spark JVM for the shipped environment
+    (taskexecutor/spark_cds.py), uploaded to the cache once; none the first time, when
+    this machine starts making it in the background for the next submits."""
+    from taskexecutor.spark_cds import SparkClassData
+
+    data = SparkClassData.portable(conf, prefix)
+    if data is None:
+        return None
+    if not data.archive.is_file():
+        try:
+            if data.train_in_background():
+                staging.say(f"  Spark class-data archive: none for this environment yet, "
+                            f"made in the background for the next submits "
+                            f"({data.archive.with_suffix('.log')})")
+        except OSError as error:
+            staging.say(f"  Spark class-data archive: cannot make one in {data.folder}: {error}")
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(data.archive)  # in use (spark_cds.remove_unused)
+    return staging.ensure(data.archive.name, lambda folder: data.archive,
+                          "Spark class-data archive", data.archive.name, "file")
 
 
 def check_python_options(conf: Configuration) -> None:

@@ -4,6 +4,7 @@ attached client prints of it, spark-submit's options, and the driver's helpers."
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +14,7 @@ from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
 from taskexecutor import pyspark_launcher
-from taskexecutor.pyspark_driver import (PySparkDriver, last_traceback,
+from taskexecutor.pyspark_driver import (PySparkDriver, driver_conf, last_traceback,
                                           log4j2_properties, proxied, submit_args)
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
@@ -139,6 +140,34 @@ def test_spark_on_yarn_settings_follow_the_hadoop_configuration(tmp_path, monkey
     (conf_dir / "core-site.xml").write_text(SITE.format("hadoop.security.authentication",
                                                         "kerberos"))
     assert spark_conf()["spark.yarn.unmanagedAM.enabled"] == "false"
+
+
+def test_a_driver_in_a_container_maps_the_shipped_class_data_archive(tmp_path, monkeypatch):
+    """Its jars are named as the archive names them, through an `environment` link in the
+    driver's folder; the user's class path follows ours; outside a container, none."""
+    from taskexecutor import spark_cds
+    from tests.unit.test_spark_cds import environment
+
+    container, work = tmp_path / "container", tmp_path / "container" / "task" / "work"
+    work.mkdir(parents=True)
+    environment(container / "environment")
+    monkeypatch.chdir(container)
+    key = spark_cds.portable_key(Path("environment"))
+    (container / f"spark-{key}.jsa").write_bytes(b"archive")
+    settings = PySparkSettings(master="local", spark_conf={"spark.driver.extraClassPath": "my.jar"})
+
+    monkeypatch.delenv("CONTAINER_ID", raising=False)
+    outside = driver_conf(Configuration({}), settings, work, tmp_path / "log")
+    assert outside["spark.driver.extraClassPath"] == "my.jar"
+    assert "SharedArchiveFile" not in outside["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000002")
+    conf = driver_conf(Configuration({}), settings, work, tmp_path / "log")
+    class_path = conf["spark.driver.extraClassPath"].split(":")
+    assert class_path[-1] == "my.jar" and len(class_path) == 3
+    assert all((work / jar).is_file() for jar in class_path[:2]), "named from the driver's folder"
+    assert class_path[0].startswith("environment/")
+    assert f"-XX:SharedArchiveFile={container / f'spark-{key}.jsa'}" in conf["spark.driver.extraJavaOptions"]
+    assert driver_conf(Configuration({}), settings, work, tmp_path / "log") == conf, "again, alike"
 
 
 def test_an_unmanaged_spark_am_is_linked_through_the_proxy(monkeypatch):

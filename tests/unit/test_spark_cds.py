@@ -5,7 +5,9 @@ maps it, are in tests/local/test_spark_bridge.py."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,13 @@ from taskexecutor import spark_cds
 from taskexecutor.spark_cds import SparkClassData, archive_dir, archive_key
 
 
-def test_auto_is_the_users_cache_for_a_process_and_none_in_a_yarn_container(monkeypatch, tmp_path):
+def test_auto_is_the_users_cache_for_a_process_and_the_shipped_one_in_a_yarn_container(monkeypatch, tmp_path):
     monkeypatch.delenv("CONTAINER_ID", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert archive_dir(Configuration()) == tmp_path / "flinkyarn" / "spark-cds"
     monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000002")
     assert archive_dir(Configuration()) is None
+    monkeypatch.chdir(tmp_path)  # no environment shipped, so none
     assert SparkClassData.from_configuration(Configuration()) is None
     # Named: also in a container; empty: never.
     assert archive_dir(Configuration({"taskmanager.spark.cds.dir": str(tmp_path)})) == tmp_path
@@ -160,3 +163,93 @@ def test_a_folder_that_cannot_be_written_costs_the_archive_not_the_session(tmp_p
     blocked.write_text("not a folder")
     assert SparkClassData(blocked / "spark-cds", "k5").java_options() == []
     assert not trainers.started
+
+
+# --- the portable archive, for YARN containers ---------------------------------------
+
+
+def environment(root: Path, times: int = 1_700_000_000) -> Path:
+    """An environment of two pyspark jars, as venv-pack ships it (times in whole
+    seconds, as a tar keeps them)."""
+    jars = root / f"lib/python{sys.version_info.major}.{sys.version_info.minor}" \
+        / "site-packages/pyspark/jars"
+    jars.mkdir(parents=True)
+    for name in ("spark-sql.jar", "spark-core.jar"):
+        (jars / name).write_bytes(b"jar " + name.encode())
+        os.utime(jars / name, (times, times))
+    return root
+
+
+def test_the_portable_key_is_the_clients_and_the_containers_and_names_jars_through_the_link(
+        spark_home, tmp_path, monkeypatch):
+    client = environment(tmp_path / "venv")
+    container = tmp_path / "container"
+    container.mkdir()
+    shutil.copytree(client, container / "environment")  # keeps the times, as tar does
+    key = spark_cds.portable_key(client)
+    assert key is not None and key.startswith("portable-")
+    monkeypatch.chdir(container)
+    assert spark_cds.portable_key(Path("environment")) == key
+    site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    assert SparkClassData(tmp_path, key, client).class_path == [
+        f"environment/{site}/pyspark/jars/spark-core.jar",
+        f"environment/{site}/pyspark/jars/spark-sql.jar"]
+    # The JVM checks each jar's size and time: another time is another key.
+    jar = container / "environment" / site / "pyspark/jars/spark-sql.jar"
+    os.utime(jar, (1_700_000_001, 1_700_000_001))
+    assert spark_cds.portable_key(Path("environment")) != key
+    assert spark_cds.portable_key(tmp_path / "no-pyspark") is None
+
+
+def test_a_container_maps_the_archive_shipped_for_its_key_and_makes_none(spark_home, tmp_path, monkeypatch, trainers):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000002")
+    environment(tmp_path / "environment")
+    conf = Configuration()
+    assert SparkClassData.from_configuration(conf) is None, "nothing shipped"
+    key = spark_cds.portable_key(Path("environment"))
+    (tmp_path / f"spark-{key}.jsa").write_bytes(b"archive")
+    data = SparkClassData.from_configuration(conf)
+    assert data is not None and data.archive == tmp_path / f"spark-{key}.jsa"
+    assert data.class_path[0].startswith("environment/") and len(data.class_path) == 2
+    assert data.java_options()[0] == f"-XX:SharedArchiveFile={data.archive}"
+    assert SparkClassData.from_configuration(Configuration({"taskmanager.spark.cds.dir": ""})) is None
+    # Gone by the time the JVM starts: the container starts it without, and trains none.
+    data.archive.unlink()
+    assert data.java_options() == [] and not trainers.started
+
+
+def test_the_client_trains_a_portable_archive_of_the_environment_it_ships(spark_home, tmp_path, monkeypatch, trainers):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("CONTAINER_ID", raising=False)
+    client = environment(tmp_path / "venv")
+    data = SparkClassData.portable(Configuration(), client)
+    assert data is not None and data.archive.parent == tmp_path / "cache/flinkyarn/spark-cds"
+    assert data.train_in_background()
+    assert trainers.started[0][-2:] == [str(data.archive), str(client)]
+    os.kill(int(data.lock.read_text()), 9)
+    assert SparkClassData.portable(Configuration({"taskmanager.spark.cds.dir": ""}), client) is None
+
+
+def test_whether_a_process_maps_the_archive_is_read_from_its_memory_map(tmp_path, caplog):
+    data = SparkClassData(tmp_path, "k6")
+    data.archive.write_bytes(b"\0" * 4096)
+    link = tmp_path / "link.jsa"  # YARN localizes a file as a link to its cache
+    link.symlink_to(data.archive)
+    mapper = subprocess.Popen([sys.executable, "-c", f"""
+import mmap, sys
+with open({str(link)!r}, "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    print("mapped", flush=True)
+    sys.stdin.read()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert mapper.stdout.readline().strip() == "mapped"
+        shown = SparkClassData(tmp_path, "k6")
+        shown.archive = link
+        assert shown.log_mapping(mapper.pid)
+        assert not SparkClassData(tmp_path, "other").log_mapping(mapper.pid)
+        assert "refused its class-data archive" in caplog.text
+    finally:
+        mapper.stdin.close()
+        mapper.wait()

@@ -20,8 +20,10 @@ import pytest
 
 import local_hadoop
 from flinkyarn import runtime_check
+from flinkyarn.configuration import Configuration
 from flinkyarn.connectors.filesystems import resolve
 from tests.local.conftest import wait_for
+from taskexecutor.spark_cds import SparkClassData
 from tests.unit.test_shipping import _other_python
 from yarn_client import shipping, yarn_cluster
 
@@ -44,6 +46,16 @@ def nodes(hadoop):
     for app in leftovers:
         yarn_cluster.kill(app["id"])
     assert leftovers == [], f"applications left running: {[a['id'] for a in leftovers]}"
+
+
+@pytest.fixture(scope="module")
+def class_data():
+    """The class-data archive the client ships for its environment, made first if the
+    client's first submit (in the background) has not made it yet."""
+    data = SparkClassData.portable(Configuration(), shipping.environment_prefix())
+    assert data is not None, "pyspark and a JDK are installed"
+    data.ensure()
+    return data
 
 
 def flinkyarn(*args, env=None, timeout=600):
@@ -83,7 +95,7 @@ def node_files(nodes) -> set[str]:
             if not any(part.startswith("hsperfdata_") for part in p.relative_to(node.tmp).parts)}
 
 
-def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, tmp_path):
+def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, class_data, tmp_path):
     corpus = tmp_path / "corpus.txt"
     make_corpus.write_corpus(corpus, 0.3, seed=5)
     base = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
@@ -133,10 +145,16 @@ def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, tmp_p
         assert python.endswith("/environment/bin/python"), python
         assert not python.startswith(str(REPO / ".venv")), "the client's interpreter"
         assert any(python.startswith(str(node.local_dirs)) for node in nodes), python
+    # Each TaskExecutor's Spark JVM mapped the archive the client made for the environment
+    # it shipped (as its memory map says), with its jars where that node unpacked them.
+    mapped = re.findall(r"the Spark JVM maps its class-data archive (\S+)", logs)
+    assert len(mapped) == 2 and {Path(m).name for m in mapped} == {class_data.archive.name}, \
+        logs[-3000:]
+    assert "refused its class-data archive" not in logs
     assert node_files(nodes) <= before, "files left in a node's /tmp"
 
 
-def test_a_second_submit_of_the_same_environment_uploads_nothing(nodes, tmp_path):
+def test_a_second_submit_of_the_same_environment_uploads_nothing(nodes, class_data, tmp_path):
     program = tmp_path / "hello.py"
     program.write_text("from flinkyarn.job import JobBuilder\n"
                        "job = JobBuilder('hello')\n"
@@ -149,9 +167,10 @@ def test_a_second_submit_of_the_same_environment_uploads_nothing(nodes, tmp_path
     assert second.returncode == 0, second.stderr[-3000:]
     assert "Python environment" in second.stderr
     assert "uploading" not in second.stderr, second.stderr
-    # The environment, our code and skein's jar (which skein's driver would upload to
-    # every application's folder).
-    assert second.stderr.count("cached, nothing to upload") == 3, second.stderr
+    # The environment, the Spark JVM's class-data archive for it, our code and skein's jar
+    # (which skein's driver would upload to every application's folder).
+    assert second.stderr.count("cached, nothing to upload") == 4, second.stderr
+    assert "Spark class-data archive: cached" in second.stderr
     assert "skein's ApplicationMaster: cached" in second.stderr
 
 
