@@ -168,13 +168,13 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
     }
     if master_conf is not None:
         master_conf(conf, user)
-    class_data = SparkClassData.from_configuration(te_conf) \
-        if os.environ.get("CONTAINER_ID") else None
-    if class_data is not None and class_data.class_path:
-        # The TaskExecutors' class-data archive, shipped by the client: its jars are
-        # named through `environment`, so the driver's folder has that link too.
-        link = work / PORTABLE_ROOT
-        if not link.exists():
+    class_data = _class_data(te_conf, settings)
+    if class_data is not None:
+        # Its jars are named through `environment`: the driver's folder (the script's
+        # working folder, work/work) links the container's.
+        link = work / "work" / PORTABLE_ROOT
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(Path(PORTABLE_ROOT).absolute())
         java = [*class_data.java_options(), *java]
         conf["spark.driver.extraClassPath"] = os.pathsep.join(filter(None, [
@@ -184,6 +184,18 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
     conf["spark.driver.extraJavaOptions"] = shlex.join(java)
     conf.update(user)
     return conf
+
+
+def _class_data(te_conf: Configuration, settings: "PySparkSettings") -> SparkClassData | None:
+    """The TaskExecutors' class-data archive that the client shipped, for a driver in a
+    YARN container whose folder is ours to give the link its jars are named through:
+    none in a folder of the user's, or where a --files or --archives takes the name."""
+    if not os.environ.get("CONTAINER_ID") or settings.working_dir:
+        return None
+    names = {name for _, name in settings.archives} | {
+        spec.partition("#")[2] or Path(spec.partition("#")[0]).name for spec in settings.files}
+    data = SparkClassData.from_configuration(te_conf) if PORTABLE_ROOT not in names else None
+    return data if data is not None and data.class_path else None
 
 
 def submit_args(te_conf: Configuration, settings: "PySparkSettings", conf: dict[str, str]) -> str:

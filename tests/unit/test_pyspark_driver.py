@@ -144,11 +144,12 @@ def test_spark_on_yarn_settings_follow_the_hadoop_configuration(tmp_path, monkey
 
 def test_a_driver_in_a_container_maps_the_shipped_class_data_archive(tmp_path, monkeypatch):
     """Its jars are named as the archive names them, through an `environment` link in the
-    driver's folder; the user's class path follows ours; outside a container, none."""
+    driver's working folder; the user's class path follows ours; outside a container, or
+    where the user's files take the name, none."""
     from taskexecutor import spark_cds
     from tests.unit.test_spark_cds import environment
 
-    container, work = tmp_path / "container", tmp_path / "container" / "task" / "work"
+    container, work = tmp_path / "container", tmp_path / "container" / "task"
     work.mkdir(parents=True)
     environment(container / "environment")
     monkeypatch.chdir(container)
@@ -164,10 +165,18 @@ def test_a_driver_in_a_container_maps_the_shipped_class_data_archive(tmp_path, m
     conf = driver_conf(Configuration({}), settings, work, tmp_path / "log")
     class_path = conf["spark.driver.extraClassPath"].split(":")
     assert class_path[-1] == "my.jar" and len(class_path) == 3
-    assert all((work / jar).is_file() for jar in class_path[:2]), "named from the driver's folder"
+    assert all((work / "work" / jar).is_file() for jar in class_path[:2]), \
+        "named from the driver's folder"
     assert class_path[0].startswith("environment/")
     assert f"-XX:SharedArchiveFile={container / f'spark-{key}.jsa'}" in conf["spark.driver.extraJavaOptions"]
     assert driver_conf(Configuration({}), settings, work, tmp_path / "log") == conf, "again, alike"
+    for taken in (PySparkSettings(master="local", archives=[("hdfs:///env.tgz", "environment")]),
+                  PySparkSettings(master="local", files=["hdfs:///a/b#environment"]),
+                  PySparkSettings(master="local", working_dir=str(tmp_path))):
+        other = tmp_path / "other"
+        other.mkdir(exist_ok=True)
+        conf = driver_conf(Configuration({}), taken, other, tmp_path / "log")
+        assert "spark.driver.extraClassPath" not in conf and not (other / "work").exists()
 
 
 def test_an_unmanaged_spark_am_is_linked_through_the_proxy(monkeypatch):

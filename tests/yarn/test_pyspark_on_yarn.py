@@ -163,11 +163,13 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     assert len(set(executors.values())) == 2, f"executors on {executors}"
 
 
-def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop):
+def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop, class_data):
     """`flinkyarn run --pyspark` in place of spark-submit's cluster mode: an application of
     its own whose TaskExecutor runs the script's driver, on Spark's executors; the
-    script's output reaches the client and both applications succeed."""
+    script's output reaches the client and both applications succeed. The driver's JVM
+    maps the class-data archive the client shipped (with -Xshare:on it starts only so)."""
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--pyspark",
+                       "--conf", "spark.driver.extraJavaOptions=-Xshare:on",
                        "--num-executors", "1", str(EXAMPLES / "pi.py"), "2")
     assert result.returncode == 0, result.stderr[-4000:]
     assert re.fullmatch(r"Pi is roughly 3\.1\d*", "\n".join(printed(result.stdout))), result.stdout

@@ -20,10 +20,8 @@ import pytest
 
 import local_hadoop
 from flinkyarn import runtime_check
-from flinkyarn.configuration import Configuration
 from flinkyarn.connectors.filesystems import resolve
 from tests.local.conftest import wait_for
-from taskexecutor.spark_cds import SparkClassData
 from tests.unit.test_shipping import _other_python
 from yarn_client import shipping, yarn_cluster
 
@@ -46,16 +44,6 @@ def nodes(hadoop):
     for app in leftovers:
         yarn_cluster.kill(app["id"])
     assert leftovers == [], f"applications left running: {[a['id'] for a in leftovers]}"
-
-
-@pytest.fixture(scope="module")
-def class_data():
-    """The class-data archive the client ships for its environment, made first if the
-    client's first submit (in the background) has not made it yet."""
-    data = SparkClassData.portable(Configuration(), shipping.environment_prefix())
-    assert data is not None, "pyspark and a JDK are installed"
-    data.ensure()
-    return data
 
 
 def flinkyarn(*args, env=None, timeout=600):
