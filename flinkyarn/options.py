@@ -290,6 +290,9 @@ PYSPARK_WARM_DRIVERS = option(
 PYSPARK_PYTHON_ARCHIVE = option(
     "pyspark.yarn.python-archive", STRING, "",
     "The archive (hdfs://...#NAME) Spark's executors on YARN unpack for their Python; empty: the TaskExecutors' own environment (the client fills it in).")
+PYSPARK_CLASS_DATA_ARCHIVE = option(
+    "pyspark.yarn.class-data-archive", STRING, "",
+    "The class-data archive (hdfs://...) Spark's executors on YARN map, made for the TaskExecutors' environment (taskexecutor/spark_cds.py); empty: the one the client ships, if any, when the executors run that environment (the client fills it in).")
 PYSPARK_PYTHON = option(
     "pyspark.yarn.python", STRING, "",
     "The interpreter of Spark's executors on YARN, inside pyspark.yarn.python-archive (./NAME/bin/python); empty: the TaskExecutors' own (the client fills it in).")

@@ -61,7 +61,7 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
 from taskexecutor.pyspark_launcher import SCRIPT_STARTS
 from taskexecutor.reaper import REAPER, group_alive
-from taskexecutor.spark_cds import PORTABLE_ROOT, SparkClassData
+from taskexecutor.spark_cds import PORTABLE_ROOT, QUIET, SparkClassData
 from taskexecutor.task import TaskCancelled
 
 if TYPE_CHECKING:
@@ -291,6 +291,7 @@ class PySparkDriver:
                      in hadoop.CLIENT_HDFS.items() if key not in hdfs_site})
         conf["spark.yarn.am.extraJavaOptions"] = " ".join(filter(None, (
             hadoop.LEAN_JVM, user.pop("spark.yarn.am.extraJavaOptions", ""))))
+        self._executor_class_data(conf, user)
         if "spark.executor.instances" not in user:
             most = self.conf.get(options.PYSPARK_MAX_EXECUTORS)
             # More executors than the first two once tasks waited 5 s, not 1 s (Spark's
@@ -303,6 +304,23 @@ class PySparkDriver:
                          "spark.dynamicAllocation.initialExecutors": str(min(2, most)),
                          "spark.dynamicAllocation.maxExecutors": str(most),
                          "spark.dynamicAllocation.schedulerBacklogTimeout": "5s"})
+
+    def _executor_class_data(self, conf: dict[str, str], user: dict[str, str]) -> None:
+        """Spark's executors map the class-data archive this TaskExecutor maps, localized
+        beside the same environment (spark.yarn.dist.files), its jars named alike."""
+        uri = self.conf.get(options.PYSPARK_CLASS_DATA_ARCHIVE)
+        shipped = SparkClassData.from_configuration(self.conf) \
+            if uri and os.environ.get("CONTAINER_ID") else None
+        if shipped is None or not shipped.class_path or Path(uri).name != shipped.archive.name \
+                or not self.conf.get(options.PYSPARK_PYTHON_ARCHIVE).endswith(f"#{PORTABLE_ROOT}"):
+            return
+        conf["spark.yarn.dist.files"] = ",".join(filter(None, [
+            uri, user.pop("spark.yarn.dist.files", "")]))
+        conf["spark.executor.extraClassPath"] = os.pathsep.join(filter(None, [
+            *shipped.class_path, user.pop("spark.executor.extraClassPath", "")]))
+        conf["spark.executor.extraJavaOptions"] = " ".join(filter(None, [
+            f"-XX:SharedArchiveFile={shipped.archive.name}", *QUIET,
+            user.pop("spark.executor.extraJavaOptions", "")]))
 
     def environment(self, conf: dict[str, str], work: Path) -> dict[str, str]:
         return driver_environment(self.conf, self.settings, conf, work)

@@ -130,6 +130,8 @@ def archive_key() -> str | None:
 # The shipped environment's link in a YARN container's working folder
 # (yarn_client.shipping.ENVIRONMENT_DIR), which the TaskExecutor's Spark JVM inherits.
 PORTABLE_ROOT = "environment"
+# The name of every portable archive starts so.
+PORTABLE_PREFIX = "spark-portable-"
 
 
 def _portable_jars(prefix: Path) -> list[tuple[str, Path]]:
@@ -150,7 +152,7 @@ def portable_key(prefix: Path) -> str | None:
         return None
     digest = _jdk_digest(java)
     _files_digest(digest, jars)
-    return "portable-" + digest.hexdigest()[:20]
+    return PORTABLE_PREFIX.removeprefix("spark-") + digest.hexdigest()[:20]
 
 
 class SparkClassData:

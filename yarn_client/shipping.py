@@ -644,7 +644,8 @@ def ship_pyspark(staging: Staging, files: list[Path], archives: list[str],
 
 def executor_python(conf: Configuration, shipment: Shipment) -> dict[str, str]:
     """pyspark.yarn.python-archive and pyspark.yarn.python for the TaskExecutors: Spark's
-    executors run the TaskExecutors' own Python (unless the user named another)."""
+    executors run the TaskExecutors' own Python (unless the user named another), and map
+    the class-data archive shipped for it (pyspark.yarn.class-data-archive)."""
     if conf.get(options.PYSPARK_PYTHON_ARCHIVE):
         return {}
     executable = conf.get(options.PYTHON_EXECUTABLE)
@@ -654,6 +655,12 @@ def executor_python(conf: Configuration, shipment: Shipment) -> dict[str, str]:
     localized = shipment.files.get(name)
     if localized is None:
         return {}
-    return {options.PYSPARK_PYTHON_ARCHIVE.key: f"{localized.uri}#{name}",
-            options.PYSPARK_PYTHON.key: f"./{executable}" if executable else
-            f"./{ENVIRONMENT_DIR}/bin/python"}
+    found = {options.PYSPARK_PYTHON_ARCHIVE.key: f"{localized.uri}#{name}",
+             options.PYSPARK_PYTHON.key: f"./{executable}" if executable else
+             f"./{ENVIRONMENT_DIR}/bin/python"}
+    from taskexecutor.spark_cds import PORTABLE_PREFIX
+
+    class_data = [f.uri for n, f in shipment.files.items() if n.startswith(PORTABLE_PREFIX)]
+    if not executable and class_data and not conf.get(options.PYSPARK_CLASS_DATA_ARCHIVE):
+        found[options.PYSPARK_CLASS_DATA_ARCHIVE.key] = class_data[0]
+    return found

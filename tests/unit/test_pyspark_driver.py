@@ -179,6 +179,49 @@ def test_a_driver_in_a_container_maps_the_shipped_class_data_archive(tmp_path, m
         assert "spark.driver.extraClassPath" not in conf and not (other / "work").exists()
 
 
+def test_spark_executors_map_the_archive_beside_the_same_environment(tmp_path, monkeypatch):
+    """On YARN, Spark's executors get the archive the TaskExecutor maps (localized beside
+    their `environment`, its jars named alike, the user's settings after ours), and only
+    when they run that environment."""
+    from taskexecutor import spark_cds
+    from tests.unit.test_spark_cds import environment
+
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "core-site.xml").write_text("<configuration/>")
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path / "conf"))
+    environment(tmp_path / "environment")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000002")
+    name = f"spark-{spark_cds.portable_key(Path('environment'))}.jsa"
+    (tmp_path / name).write_bytes(b"archive")
+    uri = f"hdfs://nn/user/u/.flinkyarn/cache/{name}"
+
+    def spark_conf(python_archive: str, class_data: str = uri, **user: str) -> dict[str, str]:
+        script = PySparkScript("pi.py", "", settings=PySparkSettings(
+            master="yarn", spark_conf={k.replace("_", "."): v for k, v in user.items()}))
+        conf = Configuration({"pyspark.yarn.python-archive": python_archive,
+                              "pyspark.yarn.class-data-archive": class_data})
+        context = SimpleNamespace(attempt_id="a1", job_id="j1", environment=SimpleNamespace(
+            conf=conf, tmp_dir=str(tmp_path)))
+        (tmp_path / "work").mkdir(exist_ok=True)
+        return PySparkDriver(script, context).spark_conf(tmp_path / "work", tmp_path)
+
+    conf = spark_conf("hdfs://nn/cache/environment-1.tar#environment",
+                      spark_yarn_dist_files="hdfs://nn/f.txt#f.txt",
+                      spark_executor_extraJavaOptions="-Xshare:on")
+    assert conf["spark.yarn.dist.files"] == f"{uri},hdfs://nn/f.txt#f.txt"
+    jars = conf["spark.executor.extraClassPath"].split(":")
+    assert len(jars) == 2 and all(jar.startswith("environment/lib/") for jar in jars)
+    options = conf["spark.executor.extraJavaOptions"].split()
+    assert options[0] == f"-XX:SharedArchiveFile={name}" and options[-1] == "-Xshare:on"
+    for other in (spark_conf("hdfs://nn/other.tar#other"),   # another Python: other jars
+                  spark_conf("hdfs://nn/cache/environment-1.tar#environment", class_data=""),
+                  spark_conf("hdfs://nn/cache/environment-1.tar#environment",
+                             class_data="hdfs://nn/spark-portable-another.jsa")):
+        assert "spark.executor.extraClassPath" not in other
+        assert "SharedArchiveFile" not in other.get("spark.executor.extraJavaOptions", "")
+
+
 def test_an_unmanaged_spark_am_is_linked_through_the_proxy(monkeypatch):
     """The RM reports an unmanaged AM's tracking URL as registered (the driver's UI on
     its node); the job links it through YARN's web proxy, as any other application."""

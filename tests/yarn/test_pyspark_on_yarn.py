@@ -163,16 +163,42 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     assert len(set(executors.values())) == 2, f"executors on {executors}"
 
 
-def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop, class_data):
+MAPS = """\
+import os
+from pyspark import SparkContext
+
+def archives(pid):
+    with open(f"/proc/{pid}/maps") as maps:
+        return sorted({os.path.basename(line.split()[-1]) for line in maps
+                       if line.rstrip().endswith(".jsa")})
+
+def executor_jvm(_):
+    pid = os.getpid()  # a Python worker, forked by pyspark's daemon, started by the JVM
+    while open(f"/proc/{pid}/comm").read().strip() != "java":
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    return archives(pid)
+
+sc = SparkContext(appName="maps")
+print("driver", *archives(sc._gateway.proc.pid))
+print("executor", *sc.parallelize([0], 1).map(executor_jvm).collect()[0])
+sc.stop()
+"""
+
+
+def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop, class_data, tmp_path):
     """`flinkyarn run --pyspark` in place of spark-submit's cluster mode: an application of
     its own whose TaskExecutor runs the script's driver, on Spark's executors; the
-    script's output reaches the client and both applications succeed. The driver's JVM
-    maps the class-data archive the client shipped (with -Xshare:on it starts only so)."""
+    script's output reaches the client and both applications succeed. The driver's and
+    the executor's JVMs map the class-data archive the client shipped (their memory maps
+    say so, beside the JDK's own)."""
+    script = tmp_path / "maps.py"
+    script.write_text(MAPS)
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--pyspark",
-                       "--conf", "spark.driver.extraJavaOptions=-Xshare:on",
-                       "--num-executors", "1", str(EXAMPLES / "pi.py"), "2")
+                       "--num-executors", "1", str(script))
     assert result.returncode == 0, result.stderr[-4000:]
-    assert re.fullmatch(r"Pi is roughly 3\.1\d*", "\n".join(printed(result.stdout))), result.stdout
+    archive, jdk = class_data.archive.name, "classes.jsa"
+    assert printed(result.stdout) == [f"driver {jdk} {archive}", f"executor {jdk} {archive}"], \
+        result.stdout
     spark_app = spark_application(result.stderr)
     assert yarn_cluster.application_report(spark_app)["finalStatus"] == "SUCCEEDED"
     app_id = re.search(r"submitted (application_\d+_\d+)", result.stderr)[1]
