@@ -170,13 +170,14 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
         master_conf(conf, user)
     class_data = _class_data(te_conf, settings)
     if class_data is not None:
+        java = [*class_data.java_options(), *java]
+    if class_data is not None and class_data.class_path:
         # Its jars are named through `environment`: the driver's folder (the script's
         # working folder, work/work) links the container's.
         link = work / "work" / PORTABLE_ROOT
         if not link.is_symlink():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(Path(PORTABLE_ROOT).absolute())
-        java = [*class_data.java_options(), *java]
         conf["spark.driver.extraClassPath"] = os.pathsep.join(filter(None, [
             *class_data.class_path, user.pop("spark.driver.extraClassPath", "")]))
     if user.get("spark.driver.extraJavaOptions"):
@@ -187,15 +188,17 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
 
 
 def _class_data(te_conf: Configuration, settings: "PySparkSettings") -> SparkClassData | None:
-    """The TaskExecutors' class-data archive that the client shipped, for a driver in a
-    YARN container whose folder is ours to give the link its jars are named through:
-    none in a folder of the user's, or where a --files or --archives takes the name."""
-    if not os.environ.get("CONTAINER_ID") or settings.working_dir:
-        return None
+    """The class-data archive of the TaskExecutor's own Spark JVM, for a driver whose
+    JVM has that class path: this machine's (the driver's Spark home is the
+    TaskExecutor's), or the one the client shipped into a YARN container, whose jars
+    are named through a link in the driver's folder. That folder must be ours: none in a
+    folder of the user's, or where a --files or --archives takes the link's name."""
+    data = SparkClassData.from_configuration(te_conf)
+    if data is None or not data.class_path:
+        return data
     names = {name for _, name in settings.archives} | {
         spec.partition("#")[2] or Path(spec.partition("#")[0]).name for spec in settings.files}
-    data = SparkClassData.from_configuration(te_conf) if PORTABLE_ROOT not in names else None
-    return data if data is not None and data.class_path else None
+    return None if settings.working_dir or PORTABLE_ROOT in names else data
 
 
 def submit_args(te_conf: Configuration, settings: "PySparkSettings", conf: dict[str, str]) -> str:

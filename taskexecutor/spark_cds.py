@@ -22,9 +22,11 @@ the jars named first once more, relative to the JVM's working folder, through th
 absolute names follow, never used, so never checked). The client makes it, with a link
 of that name to the environment it ships (whose jars keep their size and time in the
 tar), in the background the first time, and ships it from then on as a file of the
-HDFS cache that each node localizes once (`shipped_archive`); a TaskExecutor maps the
-one named by the key it computes for its own JDK and jars (`SparkClassData.shipped`), so
-one made for another JDK is never tried.
+HDFS cache that each node localizes once (yarn_client/shipping.py); a TaskExecutor maps
+the one named by the key it computes for its own JDK and jars (`SparkClassData.shipped`),
+so one made for another JDK is never tried. A PySpark driver maps it from its own
+folder, through a link of the same name there; Spark's executors on YARN, which unpack
+the same environment, get it localized beside it (taskexecutor/pyspark_driver.py).
 
 Making it. The first TaskExecutor that finds no archive for its key starts one trainer,
 `python -m taskexecutor.spark_cds ARCHIVE`, in a session of its own with CPU only when
@@ -134,6 +136,11 @@ PORTABLE_ROOT = "environment"
 PORTABLE_PREFIX = "spark-portable-"
 
 
+def portable_class_path(prefix: Path) -> list[str]:
+    """The class path a portable archive of the environment `prefix` is made for."""
+    return [name for name, _ in _portable_jars(prefix)]
+
+
 def _portable_jars(prefix: Path) -> list[tuple[str, Path]]:
     """The jars of the environment `prefix`'s pyspark, each named through PORTABLE_ROOT,
     in name order; none without pyspark."""
@@ -164,8 +171,7 @@ class SparkClassData:
         self.archive = folder / f"spark-{key}.jsa"
         self.environment = environment
         # The Spark JVM's class path starts with these (spark.driver.extraClassPath).
-        self.class_path = [name for name, _ in _portable_jars(environment)] \
-            if environment is not None else []
+        self.class_path = portable_class_path(environment) if environment is not None else []
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> SparkClassData | None:
@@ -344,6 +350,8 @@ def workload(spark, folder: Path) -> None:
                          "word")
     joined.write.mode("overwrite").parquet((folder / "output").as_uri())
     spark.read.parquet((folder / "output").as_uri()).orderBy("word").limit(5).collect()
+    # A PySpark script's RDD job, through Python workers (drivers and executors map it too).
+    spark.sparkContext.parallelize(range(1000), 2).map(lambda x: x * x).reduce(lambda a, b: a + b)
 
 
 UNUSED_FOR = 30 * 24 * 3600.0
@@ -380,7 +388,7 @@ def train(archive: Path, environment: Path | None = None) -> None:
             if environment is not None:  # in a folder like a container's
                 os.symlink(environment, Path(work, PORTABLE_ROOT))
                 os.chdir(work)
-                class_path = SparkClassData(archive.parent, "", Path(PORTABLE_ROOT)).class_path
+                class_path = portable_class_path(Path(PORTABLE_ROOT))
             provider = SparkSessionProvider(cores=2, memory_bytes=1 << 30, slots=1,
                                             tmp_dir=work, class_path=class_path, java_options=[
                                                 f"-XX:ArchiveClassesAtExit={partial}", *QUIET])

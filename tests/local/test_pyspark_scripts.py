@@ -252,6 +252,31 @@ def test_a_failing_script_fails_its_job_with_its_traceback(tmp_path):
     assert "ValueError: bad record 'z'" in cause and "in parse" in cause
 
 
+MAPS = """\
+from pyspark import SparkContext
+sc = SparkContext(appName="maps")
+with open(f"/proc/{sc._gateway.proc.pid}/maps") as maps:
+    print(*sorted({line.split("/")[-1].strip() for line in maps if line.rstrip().endswith(".jsa")}))
+sc.stop()
+"""
+
+
+def test_a_scripts_driver_maps_this_machines_class_data_archive(tmp_path):
+    """The driver's JVM has the TaskExecutor's Spark home, so it maps the TaskExecutor's
+    class-data archive (made here first if there is none; its memory map says it maps
+    it, beside the JDK's own)."""
+    env = environment(tmp_path)
+    archive = subprocess.run(
+        [sys.executable, "-c", "from taskexecutor import spark_cds; print(spark_cds.ensure_archive())"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=True).stdout.strip()
+    script = tmp_path / "maps.py"
+    script.write_text(MAPS)
+    result = subprocess.run(flinkyarn_command(str(script)), cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0] == f"classes.jsa {Path(archive).name}", result.stdout
+
+
 @pytest.mark.parametrize("args,message", [
     (["--jars", "x.jar"], "no such option: --jars (pass jars with --conf spark.jars"),
     (["--deploy-mode", "client"], "--deploy-mode client"),

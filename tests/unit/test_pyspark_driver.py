@@ -14,6 +14,7 @@ from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
 from taskexecutor import pyspark_launcher
+from taskexecutor.spark_cds import SparkClassData
 from taskexecutor.pyspark_driver import (PySparkDriver, driver_conf, last_traceback,
                                           log4j2_properties, proxied, submit_args)
 from yarn_am.jobmaster.job_output import JobOutput
@@ -142,10 +143,11 @@ def test_spark_on_yarn_settings_follow_the_hadoop_configuration(tmp_path, monkey
     assert spark_conf()["spark.yarn.unmanagedAM.enabled"] == "false"
 
 
-def test_a_driver_in_a_container_maps_the_shipped_class_data_archive(tmp_path, monkeypatch):
-    """Its jars are named as the archive names them, through an `environment` link in the
-    driver's working folder; the user's class path follows ours; outside a container, or
-    where the user's files take the name, none."""
+def test_a_driver_maps_the_taskexecutors_class_data_archive(tmp_path, monkeypatch, spark_home):
+    """In a container, the shipped one, its jars named as the archive names them, through
+    an `environment` link in the driver's working folder; the user's class path follows
+    ours; none where the user's files take the name. Outside a container, this machine's,
+    whose class path is the Spark home's, as the TaskExecutor's."""
     from taskexecutor import spark_cds
     from tests.unit.test_spark_cds import environment
 
@@ -158,9 +160,16 @@ def test_a_driver_in_a_container_maps_the_shipped_class_data_archive(tmp_path, m
     settings = PySparkSettings(master="local", spark_conf={"spark.driver.extraClassPath": "my.jar"})
 
     monkeypatch.delenv("CONTAINER_ID", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    local = SparkClassData.from_configuration(Configuration({}))
+    local.folder.mkdir(parents=True)
+    local.archive.write_bytes(b"archive")
     outside = driver_conf(Configuration({}), settings, work, tmp_path / "log")
     assert outside["spark.driver.extraClassPath"] == "my.jar"
-    assert "SharedArchiveFile" not in outside["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={local.archive}" in outside["spark.driver.extraJavaOptions"]
+    assert not (work / "work").exists()
+    assert "SharedArchiveFile" not in driver_conf(Configuration(
+        {"taskmanager.spark.cds.dir": ""}), settings, work, tmp_path / "log")["spark.driver.extraJavaOptions"]
     monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000002")
     conf = driver_conf(Configuration({}), settings, work, tmp_path / "log")
     class_path = conf["spark.driver.extraClassPath"].split(":")

@@ -30,23 +30,6 @@ def test_auto_is_the_users_cache_for_a_process_and_the_shipped_one_in_a_yarn_con
     assert archive_dir(Configuration({"taskmanager.spark.cds.dir": ""})) is None
 
 
-@pytest.fixture
-def spark_home(monkeypatch, tmp_path):
-    """A Spark home of two jars and a JDK of one file, in place of the real ones."""
-    home = tmp_path / "spark"
-    (home / "jars").mkdir(parents=True)
-    for name in ("spark-core.jar", "spark-sql.jar"):
-        (home / "jars" / name).write_bytes(b"jar " + name.encode())
-    java = tmp_path / "jdk" / "bin" / "java"
-    java.parent.mkdir(parents=True)
-    java.write_text("#!/bin/sh\n")
-    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
-    for name in spark_cds.CLASS_PATH_ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SPARK_HOME", str(home))
-    return home
-
-
 def test_without_spark_home_the_installed_pyspark_is_found_without_importing_it(monkeypatch):
     import sys
 
