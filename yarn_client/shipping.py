@@ -46,6 +46,7 @@ from typing import Callable
 
 from flinkyarn import hadoop, options, runtime_check
 from flinkyarn.configuration import ConfigOption, Configuration
+from taskexecutor.spark_cds import PORTABLE_PREFIX, SparkClassData
 
 ENVIRONMENT_DIR = "environment"
 CODE_DIR = "flinkyarn-code"
@@ -444,8 +445,6 @@ def _spark_class_data(conf: Configuration, staging: Staging, prefix: Path) -> Lo
     """The class-data archive of the TaskExecutors' Spark JVM for the shipped environment
     (taskexecutor/spark_cds.py), uploaded to the cache once; none the first time, when
     this machine starts making it in the background for the next submits."""
-    from taskexecutor.spark_cds import SparkClassData
-
     data = SparkClassData.portable(conf, prefix)
     if data is None:
         return None
@@ -658,8 +657,6 @@ def executor_python(conf: Configuration, shipment: Shipment) -> dict[str, str]:
     found = {options.PYSPARK_PYTHON_ARCHIVE.key: f"{localized.uri}#{name}",
              options.PYSPARK_PYTHON.key: f"./{executable}" if executable else
              f"./{ENVIRONMENT_DIR}/bin/python"}
-    from taskexecutor.spark_cds import PORTABLE_PREFIX
-
     class_data = [f.uri for n, f in shipment.files.items() if n.startswith(PORTABLE_PREFIX)]
     if not executable and class_data and not conf.get(options.PYSPARK_CLASS_DATA_ARCHIVE):
         found[options.PYSPARK_CLASS_DATA_ARCHIVE.key] = class_data[0]
