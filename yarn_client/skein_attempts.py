@@ -61,6 +61,16 @@ def _utf8(text: str) -> bytes:
     return struct.pack(">BH", _UTF8, len(data)) + data
 
 
+def _method_ref(first: int, owner: str, name: str, descriptor: str) -> list[bytes]:
+    """Six constant-pool entries, the first at index `first`: the class `owner` (its
+    name, then the class), the method's name and descriptor, their NameAndType, and the
+    Methodref (at `first + 5`)."""
+    return [_utf8(owner), struct.pack(">BH", _CLASS, first),
+            _utf8(name), _utf8(descriptor),
+            struct.pack(">BHH", _NAME_AND_TYPE, first + 2, first + 3),
+            struct.pack(">BHH", _METHODREF, first + 1, first + 4)]
+
+
 def _pool(data: bytes) -> tuple[dict[int, tuple[int, bytes]], int, int]:
     """(index -> (tag, body)), the pool's count and the offset where it ends."""
     count = struct.unpack_from(">H", data, 8)[0]
@@ -119,10 +129,7 @@ def redirect_call(data: bytes, target: tuple[str, str, str], helper: str,
         raise UnsupportedClass(f"{rest.count(call)} calls of {method_name}")
     # Appended: the helper's class, the method's name and descriptor, its reference.
     new = count
-    appended = (_utf8(helper) + struct.pack(">BH", _CLASS, new)
-                + _utf8(method_name) + _utf8(helper_descriptor)
-                + struct.pack(">BHH", _NAME_AND_TYPE, new + 2, new + 3)
-                + struct.pack(">BHH", _METHODREF, new + 1, new + 4))
+    appended = b"".join(_method_ref(new, helper, method_name, helper_descriptor))
     method = new + 5
     return (data[:8] + struct.pack(">H", count + 6) + data[10:end] + appended
             + rest.replace(call, struct.pack(">BH", _INVOKESTATIC, method)))
@@ -137,12 +144,8 @@ def _path_of(name: str) -> list[bytes]:
         struct.pack(">BH", _CLASS, 8),                                # 9
         _utf8(name),                                                  # 10
         struct.pack(">BH", _STRING, 10),                              # 11
-        _utf8("java/nio/file/Paths"),                                 # 12
-        struct.pack(">BH", _CLASS, 12),                               # 13
-        _utf8("get"),                                                 # 14
-        _utf8("(Ljava/lang/String;[Ljava/lang/String;)Ljava/nio/file/Path;"),  # 15
-        struct.pack(">BHH", _NAME_AND_TYPE, 14, 15),                  # 16
-        struct.pack(">BHH", _METHODREF, 13, 16),                      # 17: Paths.get
+        *_method_ref(12, "java/nio/file/Paths", "get",                # 12-17: Paths.get
+                     "(Ljava/lang/String;[Ljava/lang/String;)Ljava/nio/file/Path;"),
     ]
 
 
@@ -202,12 +205,8 @@ def helper_class() -> bytes:
         _utf8(PROPERTY),                                     # 17
         struct.pack(">BH", _STRING, 17),                     # 18
         struct.pack(">Bq", _LONG, -1),                       # 19 (and 20)
-        _utf8("java/lang/Long"),                             # 21
-        struct.pack(">BH", _CLASS, 21),                      # 22
-        _utf8("getLong"),                                    # 23
-        _utf8("(Ljava/lang/String;J)Ljava/lang/Long;"),      # 24
-        struct.pack(">BHH", _NAME_AND_TYPE, 23, 24),         # 25
-        struct.pack(">BHH", _METHODREF, 22, 25),             # 26: Long.getLong
+        *_method_ref(21, "java/lang/Long", "getLong",        # 21-26: Long.getLong
+                     "(Ljava/lang/String;J)Ljava/lang/Long;"),
         _utf8("longValue"),                                  # 27
         _utf8("()J"),                                        # 28
         struct.pack(">BHH", _NAME_AND_TYPE, 27, 28),         # 29
@@ -264,12 +263,8 @@ def unregister_helper_class() -> bytes:
         _utf8(_UNREGISTER),                                           # 6
         _utf8(_UNREGISTER_HELPER_DESCRIPTOR),                         # 7
         *_path_of(FINAL_TRACKING_URL_FILE),                          # 8-17
-        _utf8("java/nio/file/Files"),                                 # 18
-        struct.pack(">BH", _CLASS, 18),                               # 19
-        _utf8("readAllBytes"),                                        # 20
-        _utf8("(Ljava/nio/file/Path;)[B"),                            # 21
-        struct.pack(">BHH", _NAME_AND_TYPE, 20, 21),                  # 22
-        struct.pack(">BHH", _METHODREF, 19, 22),                      # 23: Files.readAllBytes
+        *_method_ref(18, "java/nio/file/Files", "readAllBytes",       # 18-23: Files.readAllBytes
+                     "(Ljava/nio/file/Path;)[B"),
         _utf8("<init>"),                                              # 24
         _utf8("([B)V"),                                               # 25
         struct.pack(">BHH", _NAME_AND_TYPE, 24, 25),                  # 26
@@ -404,18 +399,10 @@ def heartbeat_helper_class() -> bytes:
         struct.pack(">BHH", _METHODREF, 9, 13),                       # 14: Math.min
         _utf8(HEARTBEAT_ENV),                                         # 15
         struct.pack(">BH", _STRING, 15),                              # 16
-        _utf8("java/lang/System"),                                    # 17
-        struct.pack(">BH", _CLASS, 17),                               # 18
-        _utf8("getenv"),                                              # 19
-        _utf8("(Ljava/lang/String;)Ljava/lang/String;"),              # 20
-        struct.pack(">BHH", _NAME_AND_TYPE, 19, 20),                  # 21
-        struct.pack(">BHH", _METHODREF, 18, 21),                      # 22: System.getenv
-        _utf8("java/lang/Integer"),                                   # 23
-        struct.pack(">BH", _CLASS, 23),                               # 24
-        _utf8("parseInt"),                                            # 25
-        _utf8("(Ljava/lang/String;)I"),                               # 26
-        struct.pack(">BHH", _NAME_AND_TYPE, 25, 26),                  # 27
-        struct.pack(">BHH", _METHODREF, 24, 27),                      # 28: Integer.parseInt
+        *_method_ref(17, "java/lang/System", "getenv",                # 17-22: System.getenv
+                     "(Ljava/lang/String;)Ljava/lang/String;"),
+        *_method_ref(23, "java/lang/Integer", "parseInt",             # 23-28: Integer.parseInt
+                     "(Ljava/lang/String;)I"),
         _utf8("java/lang/Exception"),                                 # 29
         struct.pack(">BH", _CLASS, 29),                               # 30
         _utf8("(JJ)J"),                                               # 31
@@ -423,12 +410,8 @@ def heartbeat_helper_class() -> bytes:
         struct.pack(">BHH", _METHODREF, 9, 32),                       # 33: Math.min(JJ)J
         _utf8(PENDING_HEARTBEAT_ENV),                                 # 34
         struct.pack(">BH", _STRING, 34),                              # 35
-        _utf8("java/lang/Long"),                                      # 36
-        struct.pack(">BH", _CLASS, 36),                               # 37
-        _utf8("parseLong"),                                           # 38
-        _utf8("(Ljava/lang/String;)J"),                               # 39
-        struct.pack(">BHH", _NAME_AND_TYPE, 38, 39),                  # 40
-        struct.pack(">BHH", _METHODREF, 37, 40),                      # 41: Long.parseLong
+        *_method_ref(36, "java/lang/Long", "parseLong",               # 36-41: Long.parseLong
+                     "(Ljava/lang/String;)J"),
         _utf8("sleep"),                                               # 42
         _utf8("(J)V"),                                                # 43
         _utf8("java/lang/Thread"),                                    # 44
@@ -587,12 +570,8 @@ def last_attempt_helper_class() -> bytes:
         struct.pack(">BHH", _METHODREF, 28, 30),                      # 31: id.getAttemptId
         _utf8(FINAL_END_ENV),                                         # 32
         struct.pack(">BH", _STRING, 32),                              # 33
-        _utf8("java/lang/System"),                                    # 34
-        struct.pack(">BH", _CLASS, 34),                               # 35
-        _utf8("getenv"),                                              # 36
-        _utf8("(Ljava/lang/String;)Ljava/lang/String;"),              # 37
-        struct.pack(">BHH", _NAME_AND_TYPE, 36, 37),                  # 38
-        struct.pack(">BHH", _METHODREF, 35, 38),                      # 39: System.getenv
+        *_method_ref(34, "java/lang/System", "getenv",                # 34-39: System.getenv
+                     "(Ljava/lang/String;)Ljava/lang/String;"),
     ]
     code = bytes([
         0x12, 11,          # 0: ldc FINAL_END_FILE
