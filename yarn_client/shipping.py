@@ -31,9 +31,11 @@ import contextlib
 import getpass
 import hashlib
 import importlib.metadata
+import importlib.util
 import io
 import json
 import os
+import py_compile
 import shlex
 import sys
 import tarfile
@@ -374,17 +376,29 @@ def _code_files() -> list[tuple[Path, str]]:
 
 
 def code_digest() -> str:
-    digest = hashlib.sha256()
+    """Of the sources and of the Python whose bytecode goes with them (pack_code)."""
+    digest = hashlib.sha256(sys.implementation.cache_tag.encode() + b"\0")
     for path, name in _code_files():
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:20]
 
 
 def pack_code(folder: Path, name: str) -> Path:
+    """The sources with their bytecode for this Python (which the containers' is, or
+    runtime_check stops them), so that no container writes into the archive once
+    localized: it is shared by every container of the user on the node, and a write
+    there (a .pyc's temporary file) races with the directory listing YARN's launch
+    script makes of a starting container, which then fails. The bytecode is not checked
+    against the sources (unchecked hash): the archive is named by their content."""
     output = folder / name
-    with tarfile.open(output, "w:gz") as tar:
+    with tarfile.open(output, "w:gz") as tar, tempfile.TemporaryDirectory() as scratch:
         for path, arcname in _code_files():
             tar.add(path, arcname=arcname)
+            if path.suffix == ".py":
+                compiled = Path(scratch) / "module.pyc"
+                py_compile.compile(str(path), cfile=str(compiled), dfile=arcname, doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+                tar.add(compiled, arcname=importlib.util.cache_from_source(arcname))
     return output
 
 

@@ -4,6 +4,7 @@ launch script's interpreter check (run with bash and real interpreters, no YARN)
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -86,8 +87,29 @@ def test_code_archive_holds_every_package_and_the_default_configuration(tmp_path
     for module in ("flinkyarn/runtime_check.py", "yarn_am/yarn_entrypoint.py",
                    "taskexecutor/__main__.py", "yarn_client/shipping.py", "conf/flinkyarn.yaml"):
         assert module in names
-    assert not [n for n in names if "__pycache__" in n]
     assert len(shipping.code_digest()) == 20
+
+
+def test_code_archive_brings_its_bytecode_so_no_container_writes_into_it(tmp_path):
+    """The localized archive is shared by the node's containers: a module compiled there
+    at import raced with YARN's listing of a starting container (which then failed)."""
+    archive = shipping.pack_code(tmp_path, "code.tar.gz")
+    unpacked = tmp_path / "flinkyarn-code"
+    with tarfile.open(archive) as tar:
+        tar.extractall(unpacked, filter="data")
+    sources = sorted(unpacked.rglob("*.py"))
+    for source in sources:
+        assert Path(importlib.util.cache_from_source(str(source))).is_file(), source
+    before = sorted(unpacked.rglob("*"))
+    os.utime(unpacked / "flinkyarn" / "clock.py", (0, 0))  # mtimes do not matter
+    imported = subprocess.run(
+        [sys.executable, "-c", "import flinkyarn.clock, yarn_am.yarn_entrypoint, "
+                               "taskexecutor.task_executor, flinkyarn.clock as c; print(c.__file__)"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(unpacked)},
+        capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == str(unpacked / "flinkyarn" / "clock.py")
+    assert sorted(unpacked.rglob("*")) == before, "the imports wrote into the archive"
 
 
 def test_a_client_outside_any_environment_is_told_what_to_do(monkeypatch):
