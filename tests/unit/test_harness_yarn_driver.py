@@ -17,6 +17,7 @@ from flinkyarn.resources import ResourceProfile
 from tests.harness import (Cluster, FakeSkeinApp, LoopExecutor, advance, gen_cluster,
                            job_graph, settle)
 from yarn_am.resourcemanager.slot_manager import WorkerSpec
+from yarn_am.resourcemanager import yarn_driver as yarn_driver_module
 from yarn_am.resourcemanager.yarn_driver import RESOURCE_ID_VARIABLE, SERVICE, YarnDriver
 
 POLL = 1.0
@@ -151,6 +152,41 @@ def test_the_container_started_with_the_application_is_adopted_as_a_worker() -> 
         assert driver.container_of("taskexecutor-0") == f"{SERVICE}_0"
         assert app.kv == {"flinkyarn.rpc_address": b"appmaster:1"}
         watcher[0].cancel()
+    asyncio.run(scenario())
+
+
+def test_an_unfit_container_started_with_the_application_ends_it_and_nothing_more_is_asked(
+        monkeypatch) -> None:
+    """The container YARN started with a per-job application may fail (its environment
+    does not fit the client's) before the driver first looks: it is adopted all the same,
+    its end is fatal, and no replacement is asked of YARN (it would meet the same
+    environment)."""
+    unfit = "flinkyarn: environment mismatch: python 3.10.13 here, 3.11.7 on the client"
+    monkeypatch.setattr(yarn_driver_module, "unfit_diagnostic", lambda node, container: unfit)
+
+    async def scenario() -> None:
+        app = FakeSkeinApp(started_with_application="taskexecutor-0")
+        eager = app.container_of("taskexecutor-0")
+        app.run(eager)
+        app.end(eager, "FAILED", "Exception from container-launch.\nExit code: 3")
+        asyncio.get_running_loop().set_default_executor(LoopExecutor())
+        clock, handler, fatal = ManualClock(), Handler(), []
+        driver = YarnDriver(app, poll_interval=POLL, clock=clock, on_fatal=fatal.append)
+        spawned: list[asyncio.Task[object]] = []
+        adopted = await driver.initialize(
+            handler, "appmaster:1",
+            lambda coroutine, name: spawned.append(asyncio.create_task(coroutine)))
+        assert adopted == ["taskexecutor-0"]
+
+        await advance(clock, POLL)
+        assert fatal == [f"TaskExecutor container {eager.yarn_container_id}: {unfit}"]
+        assert handler.events == [("terminated", "taskexecutor-0",
+                                   f"container {eager.yarn_container_id} FAILED: {unfit}")]
+        driver.request_worker(SPEC)  # the ResourceManager's replacement
+        await advance(clock, 3 * POLL)
+        assert app.requests == [] and len(fatal) == 1
+        for task in spawned:
+            task.cancel()
     asyncio.run(scenario())
 
 

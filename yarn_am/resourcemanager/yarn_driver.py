@@ -18,7 +18,8 @@ it for memory, an admin kills it) and we learn of it only by asking. So:
 - a container whose launch script found its Python environment unfit for the client's
   (runtime_check; the line is read from the container's log folder through its
   NodeManager) can never run a TaskExecutor, nor can its replacements: the driver calls
-  `on_fatal` with the diagnostic, once, instead of letting restarts loop.
+  `on_fatal` with the diagnostic, once, and asks YARN for no container after that,
+  instead of letting restarts loop.
 The threading contract of driver.py holds: every handler call happens on the loop.
 """
 
@@ -137,8 +138,12 @@ class YarnDriver:
     async def initialize(self, handler: ResourceEventHandler, resource_manager_address: str,
                          spawn: Spawn) -> list[str]:
         self._handler, self._spawn = handler, spawn
-        started = await asyncio.to_thread(self._app.get_containers, [SERVICE],
-                                          ["WAITING", "REQUESTED", "RUNNING"])
+        containers = await asyncio.to_thread(self._app.get_containers, [SERVICE],
+                                             ["WAITING", "REQUESTED", "RUNNING", *_ENDED])
+        # One that has already ended is adopted too: the watcher reports its end, and
+        # whether its environment was unfit, as for any other.
+        started = ([c for c in containers if str(c.state) not in _ENDED]
+                   or containers[:1])
         if started:
             spec = await asyncio.to_thread(self._app.get_specification)
             worker_id = spec.services[SERVICE].env[RESOURCE_ID_VARIABLE]
@@ -206,6 +211,10 @@ class YarnDriver:
         self._count += 1
         worker = _Worker(f"taskexecutor-{self._count}-{new_id()[:8]}")
         self._workers[worker.worker_id] = worker
+        if self._fatal:  # it would meet the same environment; the application ends
+            log.info("worker %s: no container requested, the application ends",
+                     worker.worker_id)
+            return worker.worker_id
         assert self._spawn is not None  # initialize() came first
         self._spawn(self._request(worker), f"request-{worker.worker_id}")
         return worker.worker_id
