@@ -9,7 +9,8 @@ it cannot hit the TaskExecutor), then runs SCRIPT as `python SCRIPT ARGS` would:
 `__main__`, `sys.argv == [SCRIPT, *ARGS]`, the script's folder first on `sys.path`, and
 the exit status of `sys.exit()` or of an uncaught exception (1, traceback on stderr).
 Nothing here may slow the script's start: besides the standard library it imports only
-what of pyspark its script imports anyway (see `survive_ui_race`, `stop_without_waiting`).
+what of pyspark its script imports anyway (see `survive_ui_race`, `stop_without_waiting`,
+`backlog_timer_from_the_first_stage`).
 
 With --warm (a warm driver, taskexecutor/warm_drivers.py), pyspark's JVM starts first
 (PYSPARK_SUBMIT_ARGS as for any driver) and is warmed up by a SparkSession that is
@@ -36,6 +37,8 @@ SCRIPT_STARTS = "\x1eflinkyarn: the script starts\n"
 UI_FILTER_RACE = "No filter named org.apache.spark.deploy.yarn.AmIpFilter"
 # The same race met inside Jetty: the filter added while its handlers are iterated.
 UI_HANDLERS_RACE = "java.util.ConcurrentModificationException"
+# ExecutorAllocationManager.onSchedulerQueueEmpty, as Scala names it in the bytecode.
+QUEUE_EMPTY = "org$apache$spark$ExecutorAllocationManager$$onSchedulerQueueEmpty"
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -82,6 +85,34 @@ def survive_ui_race(attempts: int = 3) -> None:
                     raise
                 print(f"flinkyarn: the SparkContext lost Spark's web-UI filter race "
                       f"({thrown.splitlines()[0]}); starting it again", file=sys.stderr, flush=True)
+
+    SparkContext._initialize_context = _initialize_context  # type: ignore[method-assign]
+
+
+def backlog_timer_from_the_first_stage() -> None:
+    """Makes Spark's dynamic allocation ask for executors beyond its initial ones only
+    once tasks have waited spark.dynamicAllocation.schedulerBacklogTimeout, as Spark
+    documents it, in the first stage too. When the YARN AM registers (inside the
+    SparkContext's start), the driver resets its allocation manager as for an AM that
+    replaced another, and the reset marks the backlog timer expired: the first stage
+    asked for one more executor as it was submitted, and for more at each
+    sustainedSchedulerBacklogTimeout after, while the initial ones were still starting.
+    After the start, the manager is told what is true then, that no task waits (it has
+    no public call for it; with a Spark that lacks this one, nothing changes)."""
+    from py4j.protocol import Py4JError
+    from pyspark.core.context import SparkContext
+
+    initialize = SparkContext._initialize_context
+
+    def _initialize_context(self, jconf):
+        context = initialize(self, jconf)
+        try:
+            manager = context.sc().executorAllocationManager()
+            if manager.isDefined():
+                getattr(manager.get(), QUEUE_EMPTY)()
+        except Py4JError:
+            pass
+        return context
 
     SparkContext._initialize_context = _initialize_context  # type: ignore[method-assign]
 
@@ -161,6 +192,7 @@ def main() -> None:
     else:
         if on_yarn(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
             survive_ui_race()
+            backlog_timer_from_the_first_stage()
         run_script(script, args)
 
 

@@ -178,7 +178,16 @@ def executor_jvm(_):
         pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
     return archives(pid)
 
+def backlog_timer(sc):
+    # Spark's dynamic allocation's timer for asking more executors (NOT_SET, the
+    # largest long: no task has waited yet), read from its private field.
+    manager = sc._jsc.sc().executorAllocationManager().get()
+    field = manager.getClass().getDeclaredField("addTime")
+    field.setAccessible(True)
+    return "not set" if field.getLong(manager) == 2 ** 63 - 1 else "set"
+
 sc = SparkContext(appName="maps")
+print("backlog timer", backlog_timer(sc))
 print("driver", *archives(sc._gateway.proc.pid))
 print("executor", *sc.parallelize([0], 1).map(executor_jvm).collect()[0])
 sc.stop()
@@ -190,15 +199,18 @@ def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop, class_data, 
     its own whose TaskExecutor runs the script's driver, on Spark's executors; the
     script's output reaches the client and both applications succeed. The driver's and
     the executor's JVMs map the class-data archive the client shipped (their memory maps
-    say so, beside the JDK's own)."""
+    say so, beside the JDK's own). Spark's dynamic allocation (the default, here from one
+    executor) has no task waiting once the SparkContext started: the YARN AM's
+    registration, which resets it, no longer makes the first stage ask for more
+    executors at once (pyspark_launcher.backlog_timer_from_the_first_stage)."""
     script = tmp_path / "maps.py"
     script.write_text(MAPS)
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--pyspark",
-                       "--num-executors", "1", str(script))
+                       "--conf", "spark.dynamicAllocation.initialExecutors=1", str(script))
     assert result.returncode == 0, result.stderr[-4000:]
     archive, jdk = class_data.archive.name, "classes.jsa"
-    assert printed(result.stdout) == [f"driver {jdk} {archive}", f"executor {jdk} {archive}"], \
-        result.stdout
+    assert printed(result.stdout) == ["backlog timer not set", f"driver {jdk} {archive}",
+                                      f"executor {jdk} {archive}"], result.stdout
     spark_app = spark_application(result.stderr)
     assert yarn_cluster.application_report(spark_app)["finalStatus"] == "SUCCEEDED"
     app_id = re.search(r"submitted (application_\d+_\d+)", result.stderr)[1]
