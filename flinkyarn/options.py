@@ -283,7 +283,7 @@ PYSPARK_SHOW_SPARK_LOGS = option(
     "Show the Spark driver's own log (WARN and above, as spark-submit does) on the client's terminal; otherwise it goes to spark-<job>.log in the TaskExecutor's logs.")
 PYSPARK_MAX_EXECUTORS = option(
     "pyspark.dynamic-allocation.max-executors", integer(1), "4",
-    "Most Spark executors a script's dynamic allocation asks YARN for (spark.dynamicAllocation.maxExecutors, which a --conf overrides); it starts with up to 2 and asks for more once tasks waited 5 s (spark.dynamicAllocation.schedulerBacklogTimeout).")
+    "Most Spark executors a script's dynamic allocation asks YARN for (spark.dynamicAllocation.maxExecutors, which a --conf overrides); it starts with up to 2 and asks for more once tasks waited 15 s (spark.dynamicAllocation.schedulerBacklogTimeout), then twice as many every 5 s (sustainedSchedulerBacklogTimeout).")
 PYSPARK_WARM_DRIVERS = option(
     "pyspark.warm-drivers", integer(0), "1",
     "Drivers a TaskExecutor keeps started for its next pyspark.master=local script once it ran one: pyspark's JVM up and warmed by a throwaway SparkSession, so the script's own SparkContext starts in a fraction of a second; 0: none. Each is an idle JVM and Python (about 300 MB) beside the slots.")

@@ -131,7 +131,8 @@ def test_spark_on_yarn_settings_follow_the_hadoop_configuration(tmp_path, monkey
 
     plain = spark_conf()
     assert plain["spark.yarn.unmanagedAM.enabled"] == "true"
-    assert plain["spark.dynamicAllocation.schedulerBacklogTimeout"] == "5s"
+    assert plain["spark.dynamicAllocation.schedulerBacklogTimeout"] == "15s"
+    assert plain["spark.dynamicAllocation.sustainedSchedulerBacklogTimeout"] == "5s"
     assert spark_conf(spark_dynamicAllocation_schedulerBacklogTimeout="1s")[
         "spark.dynamicAllocation.schedulerBacklogTimeout"] == "1s"
     assert "spark.dynamicAllocation.enabled" not in spark_conf(spark_executor_instances="2")
