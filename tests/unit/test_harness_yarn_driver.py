@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from flinkyarn.clock import ManualClock
 from flinkyarn.ids import ResourceID
@@ -39,13 +39,13 @@ class Handler:
 
 
 @contextlib.asynccontextmanager
-async def yarn_driver(app: FakeSkeinApp) -> AsyncIterator[tuple[YarnDriver, Handler,
-                                                                 ManualClock]]:
+async def yarn_driver(app: FakeSkeinApp, on_fatal: Callable[[str], None] | None = None,
+                      ) -> AsyncIterator[tuple[YarnDriver, Handler, ManualClock]]:
     """The driver, initialized; what it spawns runs in a task group of the test's, as it
     would in the ResourceManager's."""
     asyncio.get_running_loop().set_default_executor(LoopExecutor())
     clock, handler = ManualClock(), Handler()
-    driver = YarnDriver(app, poll_interval=POLL, clock=clock)
+    driver = YarnDriver(app, poll_interval=POLL, clock=clock, on_fatal=on_fatal)
     spawned: list[asyncio.Task[object]] = []
     async with asyncio.TaskGroup() as group:
         def spawn(coroutine, name: str) -> asyncio.Task[object]:
@@ -169,24 +169,17 @@ def test_an_unfit_container_started_with_the_application_ends_it_and_nothing_mor
         eager = app.container_of("taskexecutor-0")
         app.run(eager)
         app.end(eager, "FAILED", "Exception from container-launch.\nExit code: 3")
-        asyncio.get_running_loop().set_default_executor(LoopExecutor())
-        clock, handler, fatal = ManualClock(), Handler(), []
-        driver = YarnDriver(app, poll_interval=POLL, clock=clock, on_fatal=fatal.append)
-        spawned: list[asyncio.Task[object]] = []
-        adopted = await driver.initialize(
-            handler, "appmaster:1",
-            lambda coroutine, name: spawned.append(asyncio.create_task(coroutine)))
-        assert adopted == ["taskexecutor-0"]
+        fatal: list[str] = []
+        async with yarn_driver(app, on_fatal=fatal.append) as (driver, handler, clock):
+            assert driver.container_of("taskexecutor-0") == eager.id  # adopted
 
-        await advance(clock, POLL)
-        assert fatal == [f"TaskExecutor container {eager.yarn_container_id}: {unfit}"]
-        assert handler.events == [("terminated", "taskexecutor-0",
-                                   f"container {eager.yarn_container_id} FAILED: {unfit}")]
-        driver.request_worker(SPEC)  # the ResourceManager's replacement
-        await advance(clock, 3 * POLL)
-        assert app.requests == [] and len(fatal) == 1
-        for task in spawned:
-            task.cancel()
+            await advance(clock, POLL)
+            assert fatal == [f"TaskExecutor container {eager.yarn_container_id}: {unfit}"]
+            assert handler.events == [("terminated", "taskexecutor-0",
+                                       f"container {eager.yarn_container_id} FAILED: {unfit}")]
+            driver.request_worker(SPEC)  # the ResourceManager's replacement
+            await advance(clock, 3 * POLL)
+            assert app.requests == [] and len(fatal) == 1
     asyncio.run(scenario())
 
 
