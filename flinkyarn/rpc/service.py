@@ -251,10 +251,16 @@ class RpcService(EndpointRegistry):
             named = [("grpc.ssl_target_name_override", server_name)] if server_name else []
             channel = grpc.aio.secure_channel(address, self.security.channel_credentials(), options=[
                 *self._options, *named,
-                # A restarted peer must be reachable again quickly.
+                # A restarted peer must be reachable again quickly: retry connecting
+                # after 100 ms, then at most every 2 s.
                 ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 2000),
+                # gRPC core reads this as the time a connection attempt may take. A
+                # busy peer's TLS handshake can take longer than 100 ms: with 100 (as
+                # here once) calls to it failed as Unreachable at once, and heartbeats
+                # counted a frozen peer as gone (see heartbeat.rpc-failure-threshold).
+                # 20 s, gRPC's default; a call's own timeout still bounds its wait.
+                ("grpc.min_reconnect_backoff_ms", 20000),
             ])
             self._channels[(address, server_name)] = channel
         return channel
