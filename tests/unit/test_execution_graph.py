@@ -247,3 +247,28 @@ def test_a_new_attempt_makes_the_old_one_stale_but_known():
     assert new.attempt_id != old.attempt_id
     assert eg.execution(old.attempt_id) is old and not eg.is_current(old)
     assert eg.is_current(new)
+
+
+def test_all_finished_and_all_terminal_count_the_current_attempts_only():
+    eg = graph([vertex("a", 2), vertex("b", 1)], [edge("a", "b")])
+    a0, a1, b0 = (eg.vertex(evid).current_execution for evid in (ev("a", 0), ev("a", 1), ev("b", 0)))
+    for execution in (a0, a1, b0):
+        for state in (S.SCHEDULED, S.DEPLOYING):
+            execution.transition(state, 1.0)
+    a0.transition(S.FINISHED, 2.0)
+    a1.transition(S.FAILED, 2.0, failure_cause="boom")
+    assert not eg.all_terminal() and not eg.all_finished()
+    b0.transition(S.CANCELING, 3.0)
+    b0.transition(S.CANCELED, 4.0)
+    assert eg.all_terminal() and not eg.all_finished()
+
+    # New attempts: their failed and canceled predecessors no longer count.
+    for evid in (ev("a", 1), ev("b", 0)):
+        eg.reset_for_new_execution(evid)
+    assert not eg.all_terminal()
+    for evid in (ev("a", 1), ev("b", 0)):
+        execution = eg.vertex(evid).current_execution
+        for state in (S.SCHEDULED, S.DEPLOYING, S.FINISHED):
+            execution.transition(state, 5.0)
+    assert eg.all_finished() and eg.all_terminal()
+    assert eg.all_finished() == all(v.state is S.FINISHED for v in eg.execution_vertices())

@@ -297,3 +297,45 @@ def test_cancelled_and_unregistered_job_requests_are_dropped_allocated_slots_sta
     assert sm.pending_request_count() == 1
     assert [c.allocation_id for c in sm.check_timeouts(now=1000)] == ["a1"]
     assert states(sm, TE1) == [("allocated", "old"), ("allocated", "older")]
+
+
+def test_the_allocation_index_holds_exactly_the_registered_slots_of_each_allocation():
+    """Random inputs; after each, the index _slot_with_allocation reads (no scan of every
+    slot) equals a scan of every registered slot, so nothing freed or gone stays in it."""
+    import random
+
+    rng = random.Random(7)
+    sm = manager(max_workers=3, slot_request_timeout=5.0)
+    rids = [ResourceID(f"te-{n}") for n in range(3)]
+    aids = [f"a{n}" for n in range(8)]
+    now = 0.0
+    for _ in range(2000):
+        now += rng.random()
+        rid, aid, choice = rng.choice(rids), rng.choice(aids), rng.randrange(9)
+        if choice == 0:
+            sm.register_task_executor(rid, report(rid, {n: rng.choice(aids) for n in range(2)
+                                                        if rng.random() < 0.3}), now)
+        elif choice == 1:
+            sm.unregister_task_executor(rid, "lost", now)
+        elif choice in (2, 3):
+            sm.request_slot(request(aid), now)
+        elif choice == 4:
+            sm.allocation_acknowledged(AllocationID(aid), now)
+        elif choice == 5:
+            sm.allocation_rejected(AllocationID(aid), "no", now)
+        elif choice == 6:
+            sm.free_slot(SlotID(rid, rng.randrange(2)), AllocationID(aid), now)
+        elif choice == 7:
+            sm.report_slot_status(rid, report(rid, {n: rng.choice(aids) for n in range(2)
+                                                    if rng.random() < 0.3},
+                                              slots=rng.choice((1, 2))), now)
+        else:
+            sm.check_timeouts(now)
+        scanned: dict[AllocationID, list[SlotID]] = {}
+        for te in sm._task_executors.values():
+            for slot in te.slots.values():
+                if slot.allocation_id is not None:
+                    scanned.setdefault(slot.allocation_id, []).append(slot.slot_id)
+        indexed = {aid: sorted(s.slot_id for s in slots)
+                   for aid, slots in sm._by_allocation.items()}
+        assert indexed == {aid: sorted(ids) for aid, ids in scanned.items()}

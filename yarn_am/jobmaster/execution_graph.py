@@ -12,6 +12,7 @@ JobMaster's loop only. No I/O, no clock: every change takes `now` (monotonic sec
 
 from __future__ import annotations
 
+import collections
 import enum
 import uuid
 from dataclasses import dataclass, field
@@ -52,10 +53,11 @@ class ExecutionState(str, enum.Enum):
 
     @property
     def is_terminal(self) -> bool:
-        return self in (ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED)
+        return self in _TERMINAL
 
 
 _S = ExecutionState
+_TERMINAL = frozenset({_S.FINISHED, _S.CANCELED, _S.FAILED})
 DEPLOYMENT_CHAIN = (_S.CREATED, _S.SCHEDULED, _S.DEPLOYING, _S.INITIALIZING, _S.RUNNING,
                     _S.FINISHED)
 """The states of a successful attempt, in order."""
@@ -139,6 +141,10 @@ class Execution:
     slot: SlotInfo | None = None
     failure_cause: str | None = None
     state_timestamps: dict[ExecutionState, float] = field(default_factory=dict)
+    # The graph's count of current attempts by state, kept by transition() (a prior
+    # attempt is terminal: it never changes again).
+    counts: collections.Counter[ExecutionState] = field(
+        default_factory=collections.Counter, repr=False)
 
     def transition(self, new: ExecutionState, now: float,
                    failure_cause: str | None = None) -> None:
@@ -146,6 +152,8 @@ class Execution:
             raise IllegalStateTransition(
                 f"{self.vertex_id} attempt #{self.attempt_number}: "
                 f"{self.state.value} -> {new.value}")
+        self.counts[self.state] -= 1
+        self.counts[new] += 1
         self.state = new
         self.state_timestamps[new] = now
         if new is ExecutionState.FAILED:
@@ -305,12 +313,17 @@ class ExecutionGraph:
         self._job_vertices: dict[JobVertexID, ExecutionJobVertex] = {}
         self._results: dict[IntermediateDataSetID, IntermediateResult] = {}
         self._executions: dict[ExecutionAttemptID, Execution] = {}
+        # Current attempts by state (Execution.counts): whether all are finished or
+        # terminal in O(1), as each of n reports asks.
+        self._counts: collections.Counter[ExecutionState] = collections.Counter()
+        self._size = 0
         for job_vertex in job_graph.topological_order():
             ejv = ExecutionJobVertex(job_vertex)
             for index in range(job_vertex.parallelism):
                 evid = ExecutionVertexID(job_vertex.id, index)
                 execution = self._new_execution(evid, 0)
                 ejv.task_vertices.append(ExecutionVertex(evid, job_vertex, execution))
+                self._size += 1
             self._job_vertices[job_vertex.id] = ejv
         for position, edge in enumerate(job_graph.edges):
             self._connect(position, edge)
@@ -371,6 +384,14 @@ class ExecutionGraph:
     def region_of(self, evid: ExecutionVertexID) -> frozenset[ExecutionVertexID]:
         return self._region_index[evid]
 
+    def all_finished(self) -> bool:
+        """Whether every subtask's current attempt is FINISHED."""
+        return self._counts[ExecutionState.FINISHED] == self._size
+
+    def all_terminal(self) -> bool:
+        """Whether every subtask's current attempt is terminal."""
+        return sum(self._counts[state] for state in _TERMINAL) == self._size
+
     def is_result_complete(self, result_id: IntermediateDataSetID) -> bool:
         """True when every producer subtask of the result has FINISHED."""
         return all(self.vertex(p.producer).state is ExecutionState.FINISHED
@@ -405,11 +426,14 @@ class ExecutionGraph:
             raise IllegalStateTransition(f"{evid}: cannot start a new attempt while "
                                          f"attempt #{old.attempt_number} is {old.state.value}")
         vertex.prior_executions.append(old)
+        self._counts[old.state] -= 1
         vertex.current_execution = self._new_execution(evid, old.attempt_number + 1)
         return vertex.current_execution
 
     def _new_execution(self, evid: ExecutionVertexID, attempt_number: int) -> Execution:
-        execution = Execution(ExecutionAttemptID(new_id()), evid, attempt_number)
+        execution = Execution(ExecutionAttemptID(new_id()), evid, attempt_number,
+                              counts=self._counts)
+        self._counts[execution.state] += 1
         self._executions[execution.attempt_id] = execution
         return execution
 

@@ -397,7 +397,7 @@ class Scheduler:
             if not state.is_terminal:
                 return []
             execution.transition(_S.CANCELED, now)
-            return self._settle(now)
+            return self._settle(now, execution.vertex_id)
         if state is _S.CANCELED:
             state, error = _S.FAILED, error or "canceled without the JobMaster asking"
             failure_kind, lost_partitions = FailureKind.TASK, ()
@@ -414,7 +414,7 @@ class Scheduler:
         commands: list[Command] = []
         if state is _S.FINISHED and self._graph.status is JobStatus.RUNNING:
             commands += self._schedule_ready_regions(now)
-        return commands + self._settle(now)
+        return commands + self._settle(now, execution.vertex_id)
 
     def stop(self, now: float) -> list[Command]:
         """The job stops after its savepoint (Flink's stop-with-savepoint): as cancel(),
@@ -741,9 +741,11 @@ class Scheduler:
                                            execution.slot.task_executor_address))
         return commands
 
-    def _settle(self, now: float) -> list[Command]:
+    def _settle(self, now: float, changed: ExecutionVertexID | None = None) -> list[Command]:
         """Carry out due restarts whose subtasks are all terminal; give back slots whose
-        subtasks are all terminal; end the job when it is over."""
+        subtasks are all terminal; end the job when it is over. `changed`: the one
+        subtask that became terminal since the last settling, so only its slot can be
+        given back (a report's settling stays O(1), a job's n reports O(n))."""
         commands: list[Command] = []
         for pending in [p for p in self._pending.values() if p.due]:
             if all(self._graph.vertex(evid).state.is_terminal for evid in pending.vertices
@@ -753,7 +755,9 @@ class Scheduler:
         # slot given back to its oldest pending request, which must not be one withdrawn
         # here (it would come straight back, then go to the next: a chain through all).
         releases: list[Command] = []
-        for shared in self._slots.values():
+        candidates = self._slots.values() if changed is None \
+            else [self._slot_of[changed]]
+        for shared in candidates:
             if shared.state in (_SlotState.PENDING, _SlotState.ALLOCATED) and all(
                     self._graph.vertex(m).state.is_terminal for m in shared.members):
                 if shared.state is _SlotState.ALLOCATED:
@@ -763,13 +767,10 @@ class Scheduler:
                 shared.state, shared.slot = _SlotState.RELEASED, None
         commands += releases
         status = self._graph.status
-        vertices = self._graph.execution_vertices
-        if status is JobStatus.RUNNING and not self._pending \
-                and all(v.state is _S.FINISHED for v in vertices()):
+        if status is JobStatus.RUNNING and not self._pending and self._graph.all_finished():
             self._graph.transition_to(JobStatus.FINISHED, now)
             commands.append(JobTerminated(JobStatus.FINISHED, None))
-        elif status in (JobStatus.FAILING, JobStatus.CANCELLING) and all(
-                v.state.is_terminal for v in vertices()):
+        elif status in (JobStatus.FAILING, JobStatus.CANCELLING) and self._graph.all_terminal():
             final = JobStatus.FAILED if status is JobStatus.FAILING else (
                 JobStatus.FINISHED if self._stopping else JobStatus.CANCELED)
             self._graph.transition_to(final, now)

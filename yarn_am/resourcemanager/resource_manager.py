@@ -452,6 +452,8 @@ class ResourceManager(RpcEndpoint):
                 self.resource_manager_id, command.slot_id, command.job_id, command.allocation_id,
                 command.profile, command.job_master_address))
         except RpcError as error:
+            log.info("slot %s for allocation %s not allocated: %s", command.slot_id,
+                     command.allocation_id, error)
             self._execute(self.slot_manager.allocation_rejected(command.allocation_id, str(error),
                                                                 self._clock.monotonic()))
         else:

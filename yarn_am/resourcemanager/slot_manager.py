@@ -165,6 +165,10 @@ class SlotManager:
         self._task_executors: dict[ResourceID, _TaskExecutor] = {}  # registration order
         self._pending_workers: list[_PendingWorker] = []  # RequestWorker order
         self._requests: dict[AllocationID, _PendingRequest] = {}  # arrival order
+        # The registered slots holding each allocation id (usually one; a second may hold
+        # it pending): _slot_with_allocation in O(1) rather than a scan of every slot at
+        # each of a job's n requests. Kept by _set and _forget_slot.
+        self._by_allocation: dict[AllocationID, list[_Slot]] = {}
         self._start_failures = 0  # consecutive; reset by any registration
 
     # ---- inputs -------------------------------------------------------------------------
@@ -260,7 +264,9 @@ class SlotManager:
             return []
         reported = {status.slot_id: status for status in slot_report.slots}
         for slot_id in [s for s in te.slots if s not in reported]:
-            self._return_request(te.slots.pop(slot_id))
+            slot = te.slots.pop(slot_id)
+            self._return_request(slot)
+            self._forget_slot(slot)
         for status in slot_report.slots:
             slot = te.slots.setdefault(status.slot_id, _Slot(status.slot_id, status.profile))
             if status.allocation_id is None:
@@ -338,7 +344,7 @@ class SlotManager:
                     f"{self._slot_request_timeout:g} s")))
         for rid, te in list(self._task_executors.items()):
             if te.idle_since is not None and now - te.idle_since >= self._taskmanager_timeout:
-                del self._task_executors[rid]
+                self._drop_task_executor(rid)
                 out.append(ReleaseWorker(rid, (
                     f"TaskExecutor {rid} was idle for {self._taskmanager_timeout:g} s")))
         return self._serve_waiting(now, out)
@@ -449,6 +455,7 @@ class SlotManager:
     def _drop_task_executor(self, resource_id: ResourceID) -> None:
         for slot in self._task_executors.pop(resource_id).slots.values():
             self._return_request(slot)
+            self._forget_slot(slot)
 
     @staticmethod
     def _free_slot_on(te: _TaskExecutor, profile: ResourceProfile) -> _Slot | None:
@@ -457,17 +464,28 @@ class SlotManager:
 
     def _slot_with_allocation(self, allocation_id: AllocationID, state: SlotState | None = None
                               ) -> tuple[_TaskExecutor, _Slot] | None:
-        for te in self._task_executors.values():
-            for slot in te.slots.values():
-                if slot.allocation_id == allocation_id and state in (None, slot.state):
-                    return te, slot
+        for slot in self._by_allocation.get(allocation_id, ()):
+            if state in (None, slot.state):
+                return self._task_executors[slot.slot_id.resource_id], slot
         return None
 
-    @staticmethod
-    def _set(slot: _Slot, state: SlotState, allocation_id: AllocationID | None = None,
+    def _set(self, slot: _Slot, state: SlotState, allocation_id: AllocationID | None = None,
              job_id: JobID | None = None) -> None:
+        if allocation_id != slot.allocation_id:
+            self._forget_slot(slot)
+            if allocation_id is not None:
+                self._by_allocation.setdefault(allocation_id, []).append(slot)
         slot.state, slot.allocation_id, slot.job_id = state, allocation_id, job_id
         slot.acknowledged_at = None
+
+    def _forget_slot(self, slot: _Slot) -> None:
+        """The slot no longer holds its allocation id, or is no longer registered."""
+        holders = self._by_allocation.get(slot.allocation_id) \
+            if slot.allocation_id is not None else None
+        if holders is not None:
+            holders.remove(slot)
+            if not holders:
+                del self._by_allocation[slot.allocation_id]  # type: ignore[arg-type]
 
     @staticmethod
     def _update_idle(te: _TaskExecutor, now: float) -> None:
