@@ -339,3 +339,28 @@ def test_the_allocation_index_holds_exactly_the_registered_slots_of_each_allocat
         indexed = {aid: sorted(s.slot_id for s in slots)
                    for aid, slots in sm._by_allocation.items()}
         assert indexed == {aid: sorted(ids) for aid, ids in scanned.items()}
+
+
+def test_a_report_while_requests_wait_for_workers_looks_at_no_busy_task_executor(monkeypatch):
+    """200 TaskExecutors with every slot allocated, 100 requests waiting for workers: each
+    heartbeat's report serves the waiting requests again, and found them no slot after a
+    look at every TaskExecutor for each (O(requests x TaskExecutors) per report, for
+    every TaskExecutor's report: the AppMaster's CPU went to it)."""
+    sm = manager(max_workers=250)
+    rids = [ResourceID(f"te-{n}") for n in range(200)]
+    for n, rid in enumerate(rids):
+        sm.register_task_executor(rid, report(rid, {0: f"x{n}", 1: f"y{n}"}), now=0)
+    for n in range(100):
+        sm.request_slot(request(f"w{n}"), now=1)
+    assert sm.pending_request_count() == 100 and sm.pending_worker_count() == 50
+
+    looks = []
+    original = SlotManager._free_slot_on
+    monkeypatch.setattr(SlotManager, "_free_slot_on",
+                        staticmethod(lambda te, profile: looks.append(te) or original(te, profile)))
+    assert sm.report_slot_status(rids[7], report(rids[7], {0: "x7", 1: "y7"}), now=2) == []
+    assert looks == []
+
+    # A slot freed in that report serves the oldest waiting request, as before.
+    assert sm.report_slot_status(rids[7], report(rids[7], {0: "x7"}), now=3) == [
+        allocate(rids[7], 1, "w0")]

@@ -384,15 +384,22 @@ class SlotManager:
 
     # ---- decisions ----------------------------------------------------------------------
 
-    def _serve(self, pending: _PendingRequest, now: float, out: list[Command]) -> None:
-        """Free slot (packing), else a pending worker's slot, else a new worker, else wait."""
+    def _serve(self, pending: _PendingRequest, now: float, out: list[Command],
+               with_free: list[_TaskExecutor] | None = None) -> None:
+        """Free slot (packing), else a pending worker's slot, else a new worker, else wait.
+        `with_free`: the TaskExecutors with a free slot, in registration order, if known
+        (kept up to date here)."""
         profile = pending.request.profile
-        candidates = [(te, slot) for te in self._task_executors.values()
+        if with_free is None:
+            with_free = list(self._task_executors.values())
+        candidates = [(te, slot) for te in with_free
                       if (slot := self._free_slot_on(te, profile)) is not None]
         if candidates:
             te, slot = max(candidates, key=lambda c: sum(
                 s.state in ("pending", "allocated") for s in c[0].slots.values()))
             self._start_allocation(pending, te, slot, now, out)
+            if not any(s.state == "free" for s in te.slots.values()):
+                with_free.remove(te)
             return
         if pending.worker is not None or not profile.fits_in(self._worker.slot_profile):
             return
@@ -408,11 +415,15 @@ class SlotManager:
         pending.worker = worker
 
     def _serve_waiting(self, now: float, out: list[Command] | None = None) -> list[Command]:
-        """Serve every request without an AllocateSlot in flight, in arrival order."""
+        """Serve every request without an AllocateSlot in flight, in arrival order. Each
+        costs O(TaskExecutors with a free slot): none at all while a job waits for
+        workers, when every heartbeat's report comes here."""
         out = [] if out is None else out
+        with_free = [te for te in self._task_executors.values()
+                     if any(s.state == "free" for s in te.slots.values())]
         for pending in list(self._requests.values()):
             if pending.slot_id is None:
-                self._serve(pending, now, out)
+                self._serve(pending, now, out, with_free)
         return out
 
     def _start_allocation(self, pending: _PendingRequest, te: _TaskExecutor, slot: _Slot,
@@ -459,8 +470,10 @@ class SlotManager:
 
     @staticmethod
     def _free_slot_on(te: _TaskExecutor, profile: ResourceProfile) -> _Slot | None:
-        return next((s for s in sorted(te.slots.values(), key=lambda s: s.slot_id)
-                     if s.state == "free" and profile.fits_in(s.profile)), None)
+        """Its lowest-numbered free slot that fits `profile`."""
+        return min((s for s in te.slots.values()
+                    if s.state == "free" and profile.fits_in(s.profile)),
+                   key=lambda s: s.slot_id, default=None)
 
     def _slot_with_allocation(self, allocation_id: AllocationID, state: SlotState | None = None
                               ) -> tuple[_TaskExecutor, _Slot] | None:
