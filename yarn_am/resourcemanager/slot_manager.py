@@ -419,6 +419,8 @@ class SlotManager:
         costs O(TaskExecutors with a free slot): none at all while a job waits for
         workers, when every heartbeat's report comes here."""
         out = [] if out is None else out
+        if not self._requests:
+            return out
         with_free = [te for te in self._task_executors.values()
                      if any(s.state == "free" for s in te.slots.values())]
         for pending in list(self._requests.values()):
