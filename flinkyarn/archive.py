@@ -20,7 +20,6 @@ import time
 
 import msgspec
 
-from flinkyarn.connectors import filesystems
 from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.jobgraph import JobGraph
 
@@ -89,6 +88,10 @@ class JobArchive:
     """One archive folder (a local path or an hdfs:// URL) with every application's."""
 
     def __init__(self, folder: str) -> None:
+        # Here, not at the top: pyarrow (with numpy, 0.3 s) is no part of the client's
+        # start unless it reads or writes an archive.
+        from flinkyarn.connectors import filesystems
+
         self.folder = folder
         self._files = filesystems.WholeFiles(folder)
 

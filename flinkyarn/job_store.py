@@ -18,7 +18,6 @@ import os
 import re
 
 import msgspec
-from flinkyarn.connectors import filesystems
 from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.ids import JobID
 from flinkyarn.jobgraph import JobGraph
@@ -52,6 +51,8 @@ def attempt_of(container_id: str | None = None) -> int:
 class JobStore:
     def __init__(self, folder: str) -> None:
         """`folder`: a local path or an hdfs:// URL, this application's own."""
+        from flinkyarn.connectors import filesystems  # pyarrow: not for FINAL_END_FILE
+
         self.folder = folder
         self._files = filesystems.WholeFiles(folder)
 
