@@ -181,6 +181,8 @@ class SparkSessionProvider:
             "spark.driver.bindAddress": self.host,
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
+            # Its Python workers import pyspark compiled, not from Spark's zip.
+            "spark.python.daemon.module": "taskexecutor.spark_daemon",
             "spark.local.dir": ",".join(str(d) for d in self.local_dirs),
             "spark.sql.warehouse.dir": (self.tmp_dir / "warehouse").as_uri(),
             "spark.sql.catalogImplementation": "in-memory",

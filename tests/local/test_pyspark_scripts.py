@@ -257,6 +257,8 @@ from pyspark import SparkContext
 sc = SparkContext(appName="maps")
 with open(f"/proc/{sc._gateway.proc.pid}/maps") as maps:
     print(*sorted({line.split("/")[-1].strip() for line in maps if line.rstrip().endswith(".jsa")}))
+print("workers import", sc.parallelize([0], 1).map(
+    lambda _: "the zip" if ".zip" in __import__("pyspark").__file__ else "the package").collect()[0])
 sc.stop()
 """
 
@@ -264,7 +266,8 @@ sc.stop()
 def test_a_scripts_driver_maps_this_machines_class_data_archive(tmp_path):
     """The driver's JVM has the TaskExecutor's Spark home, so it maps the TaskExecutor's
     class-data archive (made here first if there is none; its memory map says it maps
-    it, beside the JDK's own)."""
+    it, beside the JDK's own). Its Python workers import pyspark from the installed
+    package, compiled, not from Spark's pyspark.zip (taskexecutor/spark_daemon.py)."""
     env = environment(tmp_path)
     archive = subprocess.run(
         [sys.executable, "-c", "from taskexecutor import spark_cds; print(spark_cds.ensure_archive())"],
@@ -274,7 +277,8 @@ def test_a_scripts_driver_maps_this_machines_class_data_archive(tmp_path):
     result = subprocess.run(flinkyarn_command(str(script)), cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[0] == f"classes.jsa {Path(archive).name}", result.stdout
+    assert result.stdout.splitlines()[:2] == [f"classes.jsa {Path(archive).name}",
+                                              "workers import the package"], result.stdout
 
 
 @pytest.mark.parametrize("args,message", [

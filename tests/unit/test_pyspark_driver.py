@@ -4,6 +4,9 @@ attached client prints of it, spark-submit's options, and the driver's helpers."
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +24,8 @@ from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
 from yarn_client.spark_submit import (SparkSubmitError, SparkSubmitOptions, master, memory_mib,
                                       spark_conf)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_output_is_read_after_the_last_number_seen_and_bounded():
@@ -283,3 +288,30 @@ def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkey
                          pauses=retry.Backoff.fixed(0.05), deadline=retry.Deadline(10))
     finally:
         client.close()
+
+
+def test_the_worker_daemon_takes_sparks_zips_off_the_path_only_for_the_same_pyspark(tmp_path):
+    """taskexecutor/spark_daemon.py, in a Python started as Spark starts its daemon
+    (Spark's zips first on PYTHONPATH): pyspark then comes from the installed package;
+    a zip of another version (here a made one) stays, and pyspark comes from it."""
+    import pyspark
+    import zipfile
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = [str(lib / "pyspark.zip"), *map(str, lib.glob("py4j-*-src.zip"))]
+    probe = ("from taskexecutor.spark_daemon import drop_spark_zips\n"
+             "dropped = drop_spark_zips()\n"
+             "import pyspark, py4j\n"
+             "print(len(dropped), '.zip' in pyspark.__file__, '.zip' in py4j.__file__)\n")
+
+    def run(python_path: list[str]) -> str:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([*python_path, str(REPO)])}
+        return subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+
+    assert run(zips) == "2 False False"
+    other = tmp_path / "pyspark.zip"
+    with zipfile.ZipFile(other, "w") as made:
+        made.writestr("pyspark/__init__.py", "")
+        made.writestr("pyspark/version.py", "__version__ = '0.0.1'\n")
+    assert run([str(other), *zips[1:]]) == "1 True False"
