@@ -149,14 +149,6 @@ def log_dir(te_tmp: Path) -> Path:
 
 # Spark's Python worker daemon in local mode, taking Spark's zips off the path.
 LOCAL_DAEMON = "taskexecutor.spark_daemon"
-# Where Spark's executors on YARN find pyspark when they run the shipped environment:
-# its site-packages, compiled, through each process's own working folder (Linux's
-# /proc/self/cwd: the container's, which links the environment). As PYSPARK_ARCHIVES_PATH
-# it replaces pyspark.zip and py4j's zip, which spark-submit otherwise uploads for every
-# application (4 MB) and its executors' Python workers import uncompiled
-# (taskexecutor/spark_daemon.py says what that costs).
-EXECUTOR_PYSPARK = (f"local:/proc/self/cwd/{PORTABLE_ROOT}/lib/"
-                    f"python{sys.version_info.major}.{sys.version_info.minor}/site-packages")
 
 
 def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path, log_file: Path,
@@ -241,8 +233,6 @@ def driver_environment(te_conf: Configuration, settings: "PySparkSettings",
             raise PySparkScriptFailed("pyspark.master=yarn needs the Hadoop configuration "
                                       "(HADOOP_CONF_DIR) where the TaskExecutor runs")
         env["PYSPARK_PYTHON"] = te_conf.get(options.PYSPARK_PYTHON) or sys.executable
-        if te_conf.get(options.PYSPARK_PYTHON_ARCHIVE).endswith(f"#{PORTABLE_ROOT}"):
-            env["PYSPARK_ARCHIVES_PATH"] = EXECUTOR_PYSPARK
     else:
         env["PYSPARK_PYTHON"] = sys.executable
     env.update(settings.environment)

@@ -1,5 +1,6 @@
 """PySpark's Python worker daemon, importing pyspark from the installed package rather
-than from Spark's zips (spark.python.daemon.module for our drivers and their executors).
+than from Spark's zips (spark.python.daemon.module of local-mode Spark: scripts with
+pyspark.master=local and the TaskExecutor's own session).
 
 Spark starts each SparkContext's (each executor's) Python workers through a daemon,
 `python -m pyspark.daemon pyspark.worker`, with `$SPARK_HOME/python/lib/pyspark.zip` and
@@ -14,8 +15,8 @@ each `importlib.invalidate_caches()`, which pyspark's worker calls at its first 
 This module takes a zip off `sys.path` when the same package (its version.py, byte for
 byte) is importable without it, then runs pyspark's own daemon unchanged; a Python
 without pyspark of Spark's version keeps the zips, as before. It imports nothing of
-flinkyarn: Spark's executors on YARN run it as a file of their own folder
-(FILE_NAME, shipped with spark.yarn.dist.files).
+flinkyarn, so that it could run anywhere. Spark's executors on YARN do not use it yet:
+they get the zips through PYSPARK_ARCHIVES_PATH, and the driver's PYTHONPATH before them.
 """
 
 from __future__ import annotations
@@ -26,10 +27,6 @@ import runpy
 import sys
 import zipfile
 import zipimport
-
-# The name Spark's executors on YARN get it by (spark.python.daemon.module there).
-FILE_NAME = "flinkyarn_spark_daemon.py"
-
 
 def _package_of(zip_path: str) -> str | None:
     """The top package a Spark zip on PYTHONPATH carries: pyspark or py4j."""
