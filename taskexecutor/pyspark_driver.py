@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, TextIO
 from flinkyarn import hadoop, kerberos, options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
+from taskexecutor import spark_daemon
 from taskexecutor.pyspark_launcher import SCRIPT_STARTS
 from taskexecutor.reaper import REAPER, group_alive
 from taskexecutor.spark_cds import PORTABLE_ROOT, QUIET, SparkClassData
@@ -148,7 +149,7 @@ def log_dir(te_tmp: Path) -> Path:
 
 
 # Spark's Python worker daemon in local mode, taking Spark's zips off the path.
-LOCAL_DAEMON = "taskexecutor.spark_daemon"
+LOCAL_DAEMON = spark_daemon.__name__
 
 
 def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path, log_file: Path,
@@ -277,6 +278,9 @@ class PySparkDriver:
             tags.append(app)
         conf["spark.yarn.tags"] = ",".join([*tags, *filter(None, user.pop(
             "spark.yarn.tags", "").split(","))])
+        if f"/{spark_daemon.CACHE_KIND}-" in self.settings.environment.get("PYSPARK_ARCHIVES_PATH", ""):
+            # The executors' Python workers import pyspark compiled (spark_daemon.py).
+            conf["spark.python.daemon.module"] = Path(spark_daemon.FILE_NAME).stem
         archive = self.conf.get(options.PYSPARK_PYTHON_ARCHIVE)
         archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
         if archives:

@@ -1,6 +1,7 @@
 """PySpark's Python worker daemon, importing pyspark from the installed package rather
 than from Spark's zips (spark.python.daemon.module of local-mode Spark: scripts with
-pyspark.master=local and the TaskExecutor's own session).
+pyspark.master=local, the TaskExecutor's own session, and Spark's executors on YARN,
+which get it as FILE_NAME in a zip of the cache, on PYSPARK_ARCHIVES_PATH).
 
 Spark starts each SparkContext's (each executor's) Python workers through a daemon,
 `python -m pyspark.daemon pyspark.worker`, with `$SPARK_HOME/python/lib/pyspark.zip` and
@@ -15,8 +16,8 @@ each `importlib.invalidate_caches()`, which pyspark's worker calls at its first 
 This module takes a zip off `sys.path` when the same package (its version.py, byte for
 byte) is importable without it, then runs pyspark's own daemon unchanged; a Python
 without pyspark of Spark's version keeps the zips, as before. It imports nothing of
-flinkyarn, so that it could run anywhere. Spark's executors on YARN do not use it yet:
-they get the zips through PYSPARK_ARCHIVES_PATH, and the driver's PYTHONPATH before them.
+flinkyarn: Spark's executors have none of our code. (Their PYTHONPATH also starts with
+the driver's, as Spark passes it on: the zips of the driver's own node.)
 """
 
 from __future__ import annotations
@@ -28,14 +29,24 @@ import sys
 import zipfile
 import zipimport
 
-def _package_of(zip_path: str) -> str | None:
-    """The top package a Spark zip on PYTHONPATH carries: pyspark or py4j."""
-    name = os.path.basename(zip_path)
-    if name == "pyspark.zip":
-        return "pyspark"
-    if name.startswith("py4j-") and name.endswith("-src.zip"):
-        return "py4j"
-    return None
+# Its name in the zip Spark's executors on YARN get (spark.python.daemon.module there),
+# and that zip's kind in the client's cache (yarn_client/shipping.py).
+FILE_NAME = "flinkyarn_spark_daemon.py"
+CACHE_KIND = "flinkyarn-spark-daemon"
+
+
+def _package_of(path: str) -> str | None:
+    """The package of Spark's a zip on the path carries (pyspark or py4j), by its content:
+    Spark names them pyspark.zip and py4j-VERSION-src.zip, a cache by their digest."""
+    if not path.endswith(".zip"):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return None
+    return next((package for package in ("pyspark", "py4j")
+                 if f"{package}/version.py" in names), None)
 
 
 def _version_file(zip_path: str, package: str) -> bytes | None:
@@ -65,7 +76,7 @@ def drop_spark_zips() -> list[str]:
     if not zips:
         return []
     kept = list(sys.path)
-    sys.path[:] = [path for path in sys.path if not _package_of(path)]
+    sys.path[:] = [path for path in sys.path if path not in dict(zips)]
     dropped = [path for path, package in zips
                if (in_zip := _version_file(path, package)) is not None
                and in_zip == _installed_version_file(package)]

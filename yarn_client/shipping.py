@@ -48,6 +48,7 @@ from typing import Callable
 
 from flinkyarn import hadoop, options, runtime_check
 from flinkyarn.configuration import ConfigOption, Configuration
+from taskexecutor import spark_daemon
 from taskexecutor.spark_cds import PORTABLE_PREFIX, SparkClassData
 
 ENVIRONMENT_DIR = "environment"
@@ -592,6 +593,17 @@ def pack_spark_jars(jars: Path, output: Path) -> Path:
     return output
 
 
+def pack_spark_daemon(output: Path) -> Path:
+    """A zip of taskexecutor/spark_daemon.py as spark_daemon.FILE_NAME, the same bytes
+    for the same module (its time fixed): cached once."""
+    import zipfile
+
+    with zipfile.ZipFile(output, "w") as archive:
+        archive.writestr(zipfile.ZipInfo(spark_daemon.FILE_NAME, date_time=(2020, 1, 1, 0, 0, 0)),
+                         Path(spark_daemon.__file__).read_bytes())
+    return output
+
+
 def _cached_file(staging: Staging, local: Path, what: str, kind: str = "file") -> str:
     """The URL of `local`'s content in the cache, uploaded once."""
     if not local.is_file():
@@ -629,8 +641,12 @@ def ship_pyspark(staging: Staging, files: list[Path], archives: list[str],
         python_lib = sorted((home / "python" / "lib").glob("*.zip"))
         if not python_lib:
             raise ShippingError(f"pyspark at {home} has no python/lib/*.zip for Spark's executors")
-        shipment.environment["PYSPARK_ARCHIVES_PATH"] = ",".join(
-            _cached_file(staging, zipped, "pyspark archive", "pyspark-lib") for zipped in python_lib)
+        with tempfile.TemporaryDirectory(prefix="flinkyarn-daemon-") as folder:
+            daemon = pack_spark_daemon(Path(folder) / "spark-daemon.zip")
+            shipment.environment["PYSPARK_ARCHIVES_PATH"] = ",".join([
+                *(_cached_file(staging, zipped, "pyspark archive", "pyspark-lib")
+                  for zipped in python_lib),
+                _cached_file(staging, daemon, "Python worker daemon", spark_daemon.CACHE_KIND)])
     for path in files:
         if path.is_dir():
             raise ShippingError(f"--files: {path} is a folder; pack it and pass it with "

@@ -186,10 +186,16 @@ def backlog_timer(sc):
     field.setAccessible(True)
     return "not set" if field.getLong(manager) == 2 ** 63 - 1 else "set"
 
+def pyspark_from(_):
+    import pyspark
+    return ("a zip" if ".zip" in pyspark.__file__ else "its environment"
+            if "/site-packages/pyspark/" in pyspark.__file__ else pyspark.__file__)
+
 sc = SparkContext(appName="maps")
 print("backlog timer", backlog_timer(sc))
 print("driver", *archives(sc._gateway.proc.pid))
 print("executor", *sc.parallelize([0], 1).map(executor_jvm).collect()[0])
+print("executor imports pyspark from", sc.parallelize([0], 1).map(pyspark_from).collect()[0])
 sc.stop()
 """
 
@@ -202,15 +208,18 @@ def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop, class_data, 
     say so, beside the JDK's own). Spark's dynamic allocation (the default, here from one
     executor) has no task waiting once the SparkContext started: the YARN AM's
     registration, which resets it, no longer makes the first stage ask for more
-    executors at once (pyspark_launcher.backlog_timer_from_the_first_stage)."""
+    executors at once (pyspark_launcher.backlog_timer_from_the_first_stage). The
+    executor's Python workers import pyspark compiled, from the environment they run, not
+    from pyspark's zips (taskexecutor/spark_daemon.py, shipped through the cache)."""
     script = tmp_path / "maps.py"
     script.write_text(MAPS)
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--pyspark",
                        "--conf", "spark.dynamicAllocation.initialExecutors=1", str(script))
     assert result.returncode == 0, result.stderr[-4000:]
     archive, jdk = class_data.archive.name, "classes.jsa"
-    assert printed(result.stdout) == ["backlog timer not set", f"driver {jdk} {archive}",
-                                      f"executor {jdk} {archive}"], result.stdout
+    assert printed(result.stdout) == [
+        "backlog timer not set", f"driver {jdk} {archive}", f"executor {jdk} {archive}",
+        "executor imports pyspark from its environment"], result.stdout
     spark_app = spark_application(result.stderr)
     assert yarn_cluster.application_report(spark_app)["finalStatus"] == "SUCCEEDED"
     app_id = re.search(r"submitted (application_\d+_\d+)", result.stderr)[1]
