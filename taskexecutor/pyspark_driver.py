@@ -148,10 +148,6 @@ def log_dir(te_tmp: Path) -> Path:
     return folder
 
 
-# Spark's Python worker daemon in local mode, taking Spark's zips off the path.
-LOCAL_DAEMON = spark_daemon.__name__
-
-
 def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path, log_file: Path,
                 master_conf: "Callable[[dict[str, str], dict[str, str]], None] | None" = None,
                 ) -> dict[str, str]:
@@ -174,7 +170,7 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
     if master_conf is not None:
         master_conf(conf, user)
     else:  # this process's Python workers import pyspark compiled (spark_daemon.py)
-        conf["spark.python.daemon.module"] = LOCAL_DAEMON
+        conf["spark.python.daemon.module"] = spark_daemon.__name__
     class_data = _class_data(te_conf, settings)
     if class_data is not None:
         java = [*class_data.java_options(), *java]
@@ -280,7 +276,7 @@ class PySparkDriver:
             "spark.yarn.tags", "").split(","))])
         if f"/{spark_daemon.CACHE_KIND}-" in self.settings.environment.get("PYSPARK_ARCHIVES_PATH", ""):
             # The executors' Python workers import pyspark compiled (spark_daemon.py).
-            conf["spark.python.daemon.module"] = Path(spark_daemon.FILE_NAME).stem
+            conf["spark.python.daemon.module"] = spark_daemon.MODULE
         archive = self.conf.get(options.PYSPARK_PYTHON_ARCHIVE)
         archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
         if archives:

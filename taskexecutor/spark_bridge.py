@@ -55,6 +55,7 @@ from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.scratch import ProcessScratch
 from taskexecutor.reaper import REAPER
+from taskexecutor import spark_daemon
 from taskexecutor.spark_cds import SparkClassData
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
@@ -182,7 +183,7 @@ class SparkSessionProvider:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             # Its Python workers import pyspark compiled, not from Spark's zip.
-            "spark.python.daemon.module": "taskexecutor.spark_daemon",
+            "spark.python.daemon.module": spark_daemon.__name__,
             "spark.local.dir": ",".join(str(d) for d in self.local_dirs),
             "spark.sql.warehouse.dir": (self.tmp_dir / "warehouse").as_uri(),
             "spark.sql.catalogImplementation": "in-memory",

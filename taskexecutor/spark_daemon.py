@@ -31,29 +31,24 @@ import zipimport
 
 # Its name in the zip Spark's executors on YARN get (spark.python.daemon.module there),
 # and that zip's kind in the client's cache (yarn_client/shipping.py).
-FILE_NAME = "flinkyarn_spark_daemon.py"
+MODULE = "flinkyarn_spark_daemon"
+FILE_NAME = f"{MODULE}.py"
 CACHE_KIND = "flinkyarn-spark-daemon"
 
 
-def _package_of(path: str) -> str | None:
-    """The package of Spark's a zip on the path carries (pyspark or py4j), by its content:
-    Spark names them pyspark.zip and py4j-VERSION-src.zip, a cache by their digest."""
+def _spark_zip(path: str) -> tuple[str, bytes] | None:
+    """(package, its version.py) of a Spark zip on the path, pyspark's or py4j's, known
+    by its content: Spark names them pyspark.zip and py4j-VERSION-src.zip, our cache by
+    their digest. None for any other entry."""
     if not path.endswith(".zip"):
         return None
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
+            return next(((package, archive.read(f"{package}/version.py"))
+                         for package in ("pyspark", "py4j")
+                         if f"{package}/version.py" in names), None)
     except (OSError, zipfile.BadZipFile):
-        return None
-    return next((package for package in ("pyspark", "py4j")
-                 if f"{package}/version.py" in names), None)
-
-
-def _version_file(zip_path: str, package: str) -> bytes | None:
-    try:
-        with zipfile.ZipFile(zip_path) as archive:
-            return archive.read(f"{package}/version.py")
-    except (OSError, KeyError, zipfile.BadZipFile):
         return None
 
 
@@ -72,14 +67,13 @@ def _installed_version_file(package: str) -> bytes | None:
 def drop_spark_zips() -> list[str]:
     """Takes each Spark zip off sys.path whose package is installed in the same version;
     returns the zips taken off."""
-    zips = [(path, package) for path in sys.path if (package := _package_of(path))]
+    zips = {path: found for path in sys.path if (found := _spark_zip(path)) is not None}
     if not zips:
         return []
     kept = list(sys.path)
-    sys.path[:] = [path for path in sys.path if path not in dict(zips)]
-    dropped = [path for path, package in zips
-               if (in_zip := _version_file(path, package)) is not None
-               and in_zip == _installed_version_file(package)]
+    sys.path[:] = [path for path in kept if path not in zips]
+    dropped = [path for path, (package, in_zip) in zips.items()
+               if in_zip == _installed_version_file(package)]
     sys.path[:] = [path for path in kept if path not in dropped]
     for path in dropped:  # the zipimporters made as this module was looked for
         sys.path_importer_cache.pop(path, None)
