@@ -299,9 +299,11 @@ def test_cancelled_and_unregistered_job_requests_are_dropped_allocated_slots_sta
     assert states(sm, TE1) == [("allocated", "old"), ("allocated", "older")]
 
 
-def test_the_allocation_index_holds_exactly_the_registered_slots_of_each_allocation():
-    """Random inputs; after each, the index _slot_with_allocation reads (no scan of every
-    slot) equals a scan of every registered slot, so nothing freed or gone stays in it."""
+def test_the_indexes_hold_exactly_the_registered_slots_of_each_allocation_and_state():
+    """Random inputs; after each, the indexes the SlotManager reads instead of scanning
+    every slot equal a scan of every registered slot: the slots of each allocation (so
+    nothing freed or gone stays in it) and the TaskExecutors with a free slot by how many
+    slots they have in use (so packing picks the busiest and no full one is offered)."""
     import random
 
     rng = random.Random(7)
@@ -339,6 +341,13 @@ def test_the_allocation_index_holds_exactly_the_registered_slots_of_each_allocat
         indexed = {aid: sorted(s.slot_id for s in slots)
                    for aid, slots in sm._by_allocation.items()}
         assert indexed == {aid: sorted(ids) for aid, ids in scanned.items()}
+        with_free = {te.resource_id: sum(s.state in ("pending", "allocated")
+                                         for s in te.slots.values())
+                     for te in sm._task_executors.values()
+                     if any(s.state == "free" for s in te.slots.values())}
+        assert {rid: in_use for in_use, bucket in sm._with_free.items()
+                for rid in bucket} == with_free
+        assert all(sm._with_free.values())  # no empty bucket left behind
 
 
 def test_a_report_while_requests_wait_for_workers_looks_at_no_busy_task_executor(monkeypatch):
@@ -364,3 +373,21 @@ def test_a_report_while_requests_wait_for_workers_looks_at_no_busy_task_executor
     # A slot freed in that report serves the oldest waiting request, as before.
     assert sm.report_slot_status(rids[7], report(rids[7], {0: "x7"}), now=3) == [
         allocate(rids[7], 1, "w0")]
+
+
+def test_a_job_of_1000_requests_on_500_free_task_executors_looks_at_one_each(monkeypatch):
+    """Each request took the busiest TaskExecutor with a free slot after a look at every
+    one with a free slot: O(n^2) for a job start on n TaskExecutors. The index hands out
+    the busiest at once, and packing still fills one TaskExecutor before the next."""
+    sm = manager(max_workers=500)
+    rids = [ResourceID(f"te-{n}") for n in range(500)]
+    for rid in rids:
+        sm.register_task_executor(rid, report(rid), now=0)
+    looks = []
+    original = SlotManager._free_slot_on
+    monkeypatch.setattr(SlotManager, "_free_slot_on",
+                        staticmethod(lambda te, profile: looks.append(te) or original(te, profile)))
+    commands = [c for n in range(1000) for c in sm.request_slot(request(f"r{n}"), now=1)]
+    assert len(looks) == 1000
+    assert [(c.resource_id, c.slot_id.slot_number) for c in commands] == [
+        (rid, number) for rid in rids for number in range(2)]

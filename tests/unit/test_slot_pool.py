@@ -192,3 +192,51 @@ def test_close_frees_every_slot_and_cancels_every_request():
     assert len(commands) == 3
     assert sp.idle_slots() == [] and sp.assigned_slots() == {} and sp.pending_requests() == []
     assert sp.offer_slots(TE1, [offer(aid)], now=5) == ([], [])
+
+
+def test_the_indexes_agree_with_a_scan_over_random_inputs():
+    """The SlotPool answers by its indexes (request of an allocation id, slot of a
+    request, idle slots); after every one of 3000 random inputs they must say what a
+    scan of its requests and held slots says."""
+    import random
+
+    rng = random.Random(11)
+    sp = pool(idle_timeout=5.0, request_timeout=40.0)
+    sp.register_task_executor(TE2)
+    request_ids = [SlotRequestId(f"r{i}") for i in range(40)]
+    known_aids: list[AllocationID] = []
+    now, seen = 0.0, set()
+    for _ in range(3000):
+        now += rng.random()
+        action = rng.randrange(9)
+        rid = rng.choice(request_ids)
+        if action <= 1:
+            known_aids += asked(sp.request_slot(rid, SLOT, now))
+        elif action == 2 and known_aids:
+            aid = rng.choice(known_aids) if rng.random() < 0.8 else AllocationID(f"x{now}")
+            sp.offer_slots(rng.choice([TE1, TE2]),
+                           [SlotOffer(aid, rng.randrange(4), SLOT)], now)
+        elif action == 3:
+            sp.release_slot(rid, now)
+        elif action == 4 and known_aids:
+            sp.slot_request_failed(rng.choice(known_aids), "refused", now)
+        elif action == 5:
+            sp.cancel_request(rid)
+        elif action == 6:
+            sp.check_timeouts(now)
+        elif action == 7 and rng.random() < 0.2:
+            te = rng.choice([TE1, TE2])
+            sp.release_task_manager(te, "lost", now)
+            sp.register_task_executor(te)
+        elif action == 8 and rng.random() < 0.1:
+            sp.disconnect_resource_manager(now)
+            known_aids += asked(sp.connect_resource_manager(now))
+        held = sp._slots
+        assert sp._request_of == {r.allocation_id: r.request_id
+                                  for r in sp._requests.values()}
+        assert sp._assigned == {h.request_id: aid for aid, h in held.items()
+                                if h.request_id is not None}
+        assert set(sp._idle) == {aid for aid, h in held.items() if h.request_id is None}
+        assert not set(sp._assigned) & set(sp._requests)
+        seen |= {name for name in ("_assigned", "_requests", "_idle") if getattr(sp, name)}
+    assert seen == {"_assigned", "_requests", "_idle"}  # the walk reached every kind

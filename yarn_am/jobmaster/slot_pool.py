@@ -136,6 +136,14 @@ class SlotPool:
         self._task_executors: set[ResourceID] = set()
         self._requests: dict[SlotRequestId, _Request] = {}  # pending, in arrival order
         self._slots: dict[AllocationID, _HeldSlot] = {}
+        # Indexes, so that each of a job's n requests, offers and answers costs O(1) and
+        # not a scan of everything held or pending: the pending request carrying each
+        # allocation id, the held slot serving each request, and the idle held slots
+        # (in the order they became idle). Kept by _add_request/_pop_request and
+        # _hold/_assign/_set_idle/_drop_slot.
+        self._request_of: dict[AllocationID, SlotRequestId] = {}
+        self._assigned: dict[SlotRequestId, AllocationID] = {}
+        self._idle: dict[AllocationID, _HeldSlot] = {}
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -145,14 +153,13 @@ class SlotPool:
         from the ResourceManager. Idempotent while request_id is pending or served."""
         if self._closed:
             raise RuntimeError(f"the SlotPool of job {self.job_id} is closed")
-        if request_id in self._requests or self._slot_of(request_id) is not None:
+        if request_id in self._requests or request_id in self._assigned:
             return []
-        for held in self._slots.values():
-            if held.request_id is None and profile.fits_in(held.slot.profile):
-                held.request_id = request_id
+        for held in self._idle.values():
+            if profile.fits_in(held.slot.profile):
+                self._assign(held, request_id)
                 return [SlotAssigned(request_id, held.slot)]
-        request = self._requests[request_id] = _Request(
-            request_id, profile, AllocationID(new_id()), now)
+        request = self._add_request(_Request(request_id, profile, AllocationID(new_id()), now))
         return self._send(request)
 
     def connect_resource_manager(self, now: float) -> list[Command]:
@@ -161,7 +168,9 @@ class SlotPool:
         self._connected = True
         out: list[Command] = []
         for request in self._requests.values():
+            del self._request_of[request.allocation_id]
             request.allocation_id = AllocationID(new_id())
+            self._request_of[request.allocation_id] = request.request_id
             out.extend(self._send(request))
         return out
 
@@ -184,7 +193,7 @@ class SlotPool:
         out: list[Command] = []
         for aid, held in list(self._slots.items()):
             if held.slot.resource_id == resource_id:
-                del self._slots[aid]
+                self._drop_slot(aid)
                 if held.request_id is not None:
                     out.append(SlotLost(held.request_id, aid, cause))
         return out
@@ -208,10 +217,10 @@ class SlotPool:
             accepted.append(offer)
             slot = PhysicalSlot(offer.allocation_id, resource_id, offer.slot_index,
                                 offer.profile)
-            request = next((r for r in self._requests.values()
-                            if r.allocation_id == offer.allocation_id), None)
-            self._slots[offer.allocation_id] = _HeldSlot(slot, idle_since=now)
-            self._serve_with(slot, request, out)
+            request_id = self._request_of.get(offer.allocation_id)
+            self._hold(_HeldSlot(slot, idle_since=now))
+            self._serve_with(slot, None if request_id is None else self._requests[request_id],
+                             out)
         return accepted, out
 
     def release_slot(self, request_id: SlotRequestId, now: float) -> list[Command]:
@@ -219,10 +228,11 @@ class SlotPool:
         request it fits, else is cached idle. A still pending request is cancelled."""
         if request_id in self._requests:
             return self.cancel_request(request_id)
-        held = self._slot_of(request_id)
-        if held is None:
+        aid = self._assigned.get(request_id)
+        if aid is None:
             return []
-        held.request_id, held.idle_since = None, now
+        held = self._slots[aid]
+        self._set_idle(held, now)
         out: list[Command] = []
         self._serve_with(held.slot, None, out)
         return out
@@ -231,16 +241,15 @@ class SlotPool:
                             now: float) -> list[Command]:
         """The ResourceManager failed the request; an answer about an allocation id no
         pending request carries (anymore) is stale and ignored."""
-        request = next((r for r in self._requests.values()
-                        if r.allocation_id == allocation_id), None)
-        if request is None:
+        request_id = self._request_of.get(allocation_id)
+        if request_id is None:
             return []
-        del self._requests[request.request_id]
-        return [SlotRequestFailed(request.request_id, cause)]
+        self._pop_request(request_id)
+        return [SlotRequestFailed(request_id, cause)]
 
     def cancel_request(self, request_id: SlotRequestId) -> list[Command]:
         """The scheduler withdraws a pending request; for a served one use release_slot."""
-        request = self._requests.pop(request_id, None)
+        request = self._pop_request(request_id)
         if request is None or not request.sent:
             return []
         return [CancelSlotRequest(request.allocation_id)]
@@ -248,14 +257,14 @@ class SlotPool:
     def check_timeouts(self, now: float) -> list[Command]:
         """Free slots idle for idle_timeout; fail requests pending for request_timeout."""
         out: list[Command] = []
-        for aid, held in list(self._slots.items()):
-            if held.request_id is None and now - held.idle_since >= self._idle_timeout:
-                del self._slots[aid]
+        for aid, held in list(self._idle.items()):
+            if now - held.idle_since >= self._idle_timeout:
+                self._drop_slot(aid)
                 out.append(FreeSlot(held.slot.resource_id, aid, (
                     f"slot idle in the SlotPool for {self._idle_timeout:g} s")))
         for request_id, request in list(self._requests.items()):
             if now - request.requested_at >= self._request_timeout:
-                del self._requests[request_id]
+                self._pop_request(request_id)
                 out.append(SlotRequestFailed(request_id, (
                     f"no slot for {request.profile} within {self._request_timeout:g} s")))
                 if request.sent:
@@ -269,14 +278,15 @@ class SlotPool:
         out: list[Command] = [FreeSlot(h.slot.resource_id, aid, f"job {self.job_id} ended")
                               for aid, h in self._slots.items()]
         out += [CancelSlotRequest(r.allocation_id) for r in self._requests.values() if r.sent]
-        self._slots.clear()
-        self._requests.clear()
+        for index in (self._slots, self._requests, self._request_of, self._assigned,
+                      self._idle):
+            index.clear()
         return out
 
     # ---- queries ------------------------------------------------------------------------
 
     def idle_slots(self) -> list[PhysicalSlot]:
-        return [h.slot for h in self._slots.values() if h.request_id is None]
+        return [h.slot for h in self._idle.values()]
 
     def assigned_slots(self) -> dict[SlotRequestId, PhysicalSlot]:
         return {h.request_id: h.slot for h in self._slots.values() if h.request_id is not None}
@@ -305,9 +315,39 @@ class SlotPool:
                 return
             if request.sent:
                 out.append(CancelSlotRequest(request.allocation_id))
-        del self._requests[request.request_id]
-        self._slots[slot.allocation_id].request_id = request.request_id
+        self._pop_request(request.request_id)
+        self._assign(self._slots[slot.allocation_id], request.request_id)
         out.append(SlotAssigned(request.request_id, slot))
 
-    def _slot_of(self, request_id: SlotRequestId) -> _HeldSlot | None:
-        return next((h for h in self._slots.values() if h.request_id == request_id), None)
+    def _add_request(self, request: _Request) -> _Request:
+        self._requests[request.request_id] = request
+        self._request_of[request.allocation_id] = request.request_id
+        return request
+
+    def _pop_request(self, request_id: SlotRequestId) -> _Request | None:
+        request = self._requests.pop(request_id, None)
+        if request is not None:
+            del self._request_of[request.allocation_id]
+        return request
+
+    def _hold(self, held: _HeldSlot) -> None:
+        """A newly accepted slot, idle until _assign."""
+        self._slots[held.slot.allocation_id] = held
+        self._idle[held.slot.allocation_id] = held
+
+    def _assign(self, held: _HeldSlot, request_id: SlotRequestId) -> None:
+        held.request_id = request_id
+        self._idle.pop(held.slot.allocation_id, None)
+        self._assigned[request_id] = held.slot.allocation_id
+
+    def _set_idle(self, held: _HeldSlot, now: float) -> None:
+        if held.request_id is not None:
+            del self._assigned[held.request_id]
+        held.request_id, held.idle_since = None, now
+        self._idle[held.slot.allocation_id] = held
+
+    def _drop_slot(self, allocation_id: AllocationID) -> None:
+        held = self._slots.pop(allocation_id)
+        self._idle.pop(allocation_id, None)
+        if held.request_id is not None:
+            del self._assigned[held.request_id]

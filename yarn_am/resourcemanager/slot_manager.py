@@ -114,6 +114,7 @@ class _TaskExecutor:
     resource_id: ResourceID
     slots: dict[SlotID, _Slot] = field(default_factory=dict)
     idle_since: float | None = None  # every slot free since then; None while any is not
+    in_use: int | None = None  # its key in SlotManager._with_free; None: no free slot
 
 
 @dataclass(slots=True, eq=False)
@@ -169,6 +170,11 @@ class SlotManager:
         # it pending): _slot_with_allocation in O(1) rather than a scan of every slot at
         # each of a job's n requests. Kept by _set and _forget_slot.
         self._by_allocation: dict[AllocationID, list[_Slot]] = {}
+        # The TaskExecutors with a free slot, by how many of their slots are in use
+        # (pending or allocated): a request takes the busiest one's free slot (packing)
+        # in O(slots of one TaskExecutor), not by a look at every TaskExecutor. Kept by
+        # _index, which _set and every change to a TaskExecutor's set of slots call.
+        self._with_free: dict[int, dict[ResourceID, _TaskExecutor]] = {}
         self._start_failures = 0  # consecutive; reset by any registration
 
     # ---- inputs -------------------------------------------------------------------------
@@ -187,6 +193,7 @@ class SlotManager:
             slot = te.slots[status.slot_id] = _Slot(status.slot_id, status.profile)
             if status.allocation_id is not None:
                 self._record_allocation(slot, status.allocation_id, status.job_id)
+        self._index(te)
         self._update_idle(te, now)
         self._start_failures = 0
         if not known and self._pending_workers:
@@ -282,6 +289,7 @@ class SlotManager:
                 if slot.allocation_id != status.allocation_id:
                     self._return_request(slot)
                 self._record_allocation(slot, status.allocation_id, status.job_id)
+        self._index(te)
         self._update_idle(te, now)
         return self._serve_waiting(now)
 
@@ -384,23 +392,16 @@ class SlotManager:
 
     # ---- decisions ----------------------------------------------------------------------
 
-    def _serve(self, pending: _PendingRequest, now: float, out: list[Command],
-               with_free: list[_TaskExecutor] | None = None) -> None:
-        """Free slot (packing), else a pending worker's slot, else a new worker, else wait.
-        `with_free`: the TaskExecutors with a free slot, in registration order, if known
-        (kept up to date here)."""
+    def _serve(self, pending: _PendingRequest, now: float, out: list[Command]) -> None:
+        """Free slot (packing: of the TaskExecutor with the most slots in use), else a
+        pending worker's slot, else a new worker, else wait."""
         profile = pending.request.profile
-        if with_free is None:
-            with_free = list(self._task_executors.values())
-        candidates = [(te, slot) for te in with_free
-                      if (slot := self._free_slot_on(te, profile)) is not None]
-        if candidates:
-            te, slot = max(candidates, key=lambda c: sum(
-                s.state in ("pending", "allocated") for s in c[0].slots.values()))
-            self._start_allocation(pending, te, slot, now, out)
-            if not any(s.state == "free" for s in te.slots.values()):
-                with_free.remove(te)
-            return
+        for in_use in sorted(self._with_free, reverse=True):
+            for te in self._with_free[in_use].values():
+                slot = self._free_slot_on(te, profile)
+                if slot is not None:
+                    self._start_allocation(pending, te, slot, now, out)
+                    return
         if pending.worker is not None or not profile.fits_in(self._worker.slot_profile):
             return
         worker = next((w for w in self._pending_workers
@@ -416,16 +417,12 @@ class SlotManager:
 
     def _serve_waiting(self, now: float, out: list[Command] | None = None) -> list[Command]:
         """Serve every request without an AllocateSlot in flight, in arrival order. Each
-        costs O(TaskExecutors with a free slot): none at all while a job waits for
+        looks only at TaskExecutors with a free slot: none at all while a job waits for
         workers, when every heartbeat's report comes here."""
         out = [] if out is None else out
-        if not self._requests:
-            return out
-        with_free = [te for te in self._task_executors.values()
-                     if any(s.state == "free" for s in te.slots.values())]
         for pending in list(self._requests.values()):
             if pending.slot_id is None:
-                self._serve(pending, now, out, with_free)
+                self._serve(pending, now, out)
         return out
 
     def _start_allocation(self, pending: _PendingRequest, te: _TaskExecutor, slot: _Slot,
@@ -466,9 +463,12 @@ class SlotManager:
                 pending.slot_id = None
 
     def _drop_task_executor(self, resource_id: ResourceID) -> None:
-        for slot in self._task_executors.pop(resource_id).slots.values():
+        te = self._task_executors.pop(resource_id)
+        for slot in te.slots.values():
             self._return_request(slot)
             self._forget_slot(slot)
+        te.slots.clear()
+        self._index(te)
 
     @staticmethod
     def _free_slot_on(te: _TaskExecutor, profile: ResourceProfile) -> _Slot | None:
@@ -490,8 +490,28 @@ class SlotManager:
             self._forget_slot(slot)
             if allocation_id is not None:
                 self._by_allocation.setdefault(allocation_id, []).append(slot)
+        changed = state != slot.state
         slot.state, slot.allocation_id, slot.job_id = state, allocation_id, job_id
         slot.acknowledged_at = None
+        te = self._task_executors.get(slot.slot_id.resource_id)
+        if changed and te is not None:
+            self._index(te)
+
+    def _index(self, te: _TaskExecutor) -> None:
+        """File te in _with_free by its slots as they are now."""
+        slots = te.slots.values()
+        in_use = (sum(s.state in ("pending", "allocated") for s in slots)
+                  if any(s.state == "free" for s in slots) else None)
+        if in_use == te.in_use:
+            return
+        if te.in_use is not None:
+            bucket = self._with_free[te.in_use]
+            del bucket[te.resource_id]
+            if not bucket:
+                del self._with_free[te.in_use]
+        te.in_use = in_use
+        if in_use is not None:
+            self._with_free.setdefault(in_use, {})[te.resource_id] = te
 
     def _forget_slot(self, slot: _Slot) -> None:
         """The slot no longer holds its allocation id, or is no longer registered."""
