@@ -28,7 +28,7 @@ from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.hadoop import HadoopConfigError
 from flinkyarn.jobgraph import InvalidJobGraph, JobGraph, OutputExistsError
 from yarn_client import yarn_cluster
-from yarn_client.executors import ClusterExecutor
+from yarn_client.executors import ClusterExecutor, check_outputs
 from yarn_client.local_cluster import ClusterStartError, LocalCluster
 from yarn_client.programs import GraphCapture, ProgramAborted, pyspark_job_graph, run_program
 from yarn_client.rest_client import RestError
@@ -71,11 +71,8 @@ class LocalTargetExecutor:
         self._executor: ClusterExecutor | None = None
 
     def execute(self, graph: JobGraph) -> JobResult:
-        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
-
         options.check_job_graph(graph, self.cluster.conf)  # before a cluster is started
-        if not options.resumes(graph, self.cluster.conf):
-            outputs.check(graph.outputs)
+        check_outputs(graph, options.resumes(graph, self.cluster.conf))
         if self._executor is None:
             click.echo("starting a local cluster ...", err=True)
             self.cluster.conf = options.with_spark_started(self.cluster.conf, graph)

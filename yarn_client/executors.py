@@ -134,14 +134,21 @@ class ClusterExecutor:
         return follow(self.rest, job_id, self.out, output=OutputPrinter(self.rest, job_id))
 
 
+def check_outputs(graph: JobGraph, resumes: bool) -> None:
+    """OutputExistsError for an output that exists, before anything starts (unless the
+    job resumes from a checkpoint, which owns its outputs). A graph without outputs (a
+    PySpark script's) does not import pyarrow's filesystems: a tenth of a client's start."""
+    if graph.outputs and not resumes:
+        from flinkyarn.connectors import outputs
+
+        outputs.check(graph.outputs)
+
+
 class StandaloneLocalExecutor:
     """For plain `python pipeline.py`: a local cluster for each job."""
 
     def execute(self, graph: JobGraph) -> JobResult:
-        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
-
-        if not options.resumes(graph):
-            outputs.check(graph.outputs)  # OutputExistsError before a cluster is started
+        check_outputs(graph, options.resumes(graph))  # before a cluster is started
         with LocalCluster(Configuration.load(), start_workers=1) as cluster:
             assert cluster.rest is not None  # started by `with`
             return ClusterExecutor(cluster.rest).execute(graph)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import getpass
 import hashlib
 import importlib.metadata
@@ -44,12 +45,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from flinkyarn import hadoop, options, runtime_check
 from flinkyarn.configuration import ConfigOption, Configuration
 from taskexecutor import spark_daemon
 from taskexecutor.spark_cds import PORTABLE_PREFIX, SparkClassData
+
+if TYPE_CHECKING:
+    from fsspec.implementations.webhdfs import WebHDFS
 
 ENVIRONMENT_DIR = "environment"
 CODE_DIR = "flinkyarn-code"
@@ -125,8 +129,13 @@ class Staging:
                                 f"path or an hdfs:// URL, not {root!r}")
         self.provided = [hadoop.hdfs_path(d) if d.startswith("hdfs://") else d.rstrip("/")
                          for d in conf.get(options.YARN_PROVIDED_LIB_DIRS).split(",") if d.strip()]
-        self.fs = hadoop.hdfs(self.user)
         self.say = say
+
+    @functools.cached_property
+    def fs(self) -> WebHDFS:
+        """Made on first use: a script with nothing to ship (pyspark.master=local) makes
+        none, nor imports its HTTP stack."""
+        return hadoop.hdfs(self.user)
 
     @property
     def cache(self) -> str:

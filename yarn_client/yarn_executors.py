@@ -13,7 +13,8 @@ from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.jobgraph import JobGraph
 from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestClient
-from yarn_client.executors import ClusterExecutor, OutputPrinter, follow, result_of
+from yarn_client.executors import (ClusterExecutor, OutputPrinter, check_outputs, follow,
+                                   result_of)
 from yarn_client.rest_client import RestError
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnDeploymentError, YarnOptions
 
@@ -76,12 +77,10 @@ class PerJobExecutor:
 
     def execute(self, graph: JobGraph) -> JobResult:
         start = time.monotonic()
-        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
-
         if graph.outputs:
             kerberos.client_login(self.descriptor.conf)  # HDFS is asked as the submitter
-        if not options.resumes(graph, self.descriptor.conf):
-            outputs.check(graph.outputs)  # OutputExistsError before an application exists
+        # Before an application exists.
+        check_outputs(graph, options.resumes(graph, self.descriptor.conf))
         deployment = self.descriptor.deploy("per-job", graph)
         self.applications.append(deployment.app_id)
         self.rest = deployment.rest
@@ -157,10 +156,8 @@ class SessionExecutor:
         self.results: list[JobResult] = []
 
     def execute(self, graph: JobGraph) -> JobResult:
-        from flinkyarn.connectors import outputs  # pyarrow's readers: only to run jobs
-
-        if not options.resumes(graph, settings=self.executor.job_settings):
-            outputs.check(graph.outputs)  # OutputExistsError before the job is submitted
+        # Before the job is submitted.
+        check_outputs(graph, options.resumes(graph, settings=self.executor.job_settings))
         print(f"submitting into session {self.app_id}", file=self.out, flush=True)
         result = self.executor.execute(graph)
         self.results.append(result)

@@ -49,13 +49,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
-import pyarrow as pa
-
 from flinkyarn.jobgraph import FileOutput
-from flinkyarn.key_groups import Redistribution
 
 if TYPE_CHECKING:
+    # For annotations only: a client that submits a PySpark script (an Operator too)
+    # imports neither Arrow nor numpy, half a second of its start.
+    import pyarrow as pa
     from pyspark.sql import SparkSession
+
+    from flinkyarn.key_groups import Redistribution
 
     from flinkyarn.gateways.job_master import OutputChunk
 
@@ -148,6 +150,8 @@ class Operator:
     def state_redistribution(self, name: str) -> Redistribution:
         """How the state `name` of snapshot_state() is shared out at another parallelism
         (by default it is not: the operator cannot be rescaled)."""
+        from flinkyarn.key_groups import Redistribution
+
         return Redistribution()
 
     def file_output(self) -> FileOutput | None:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Iterable
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Iterable
 
 from flinkyarn.pipeline.operator import SourceOperator
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # the client that submits a script imports no Arrow
 
 
 @dataclass

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: a client that only speaks REST needs no gRPC
+    import grpc
 
 
 class RpcError(Exception):
@@ -52,32 +55,35 @@ class RemoteError(RpcError):
     """The endpoint's method raised; the message says what."""
 
 
-_BY_STATUS = {
-    grpc.StatusCode.INVALID_ARGUMENT: MalformedMessage,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: MessageTooLarge,
-    grpc.StatusCode.FAILED_PRECONDITION: StaleCall,
-    grpc.StatusCode.UNIMPLEMENTED: UnknownEndpoint,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.PERMISSION_DENIED: Forbidden,
-    grpc.StatusCode.UNAVAILABLE: Unreachable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: CallTimeout,
+# By the name of the gRPC status code (grpc.StatusCode.X.name).
+_BY_STATUS: dict[str, type[RpcError]] = {
+    "INVALID_ARGUMENT": MalformedMessage,
+    "RESOURCE_EXHAUSTED": MessageTooLarge,
+    "FAILED_PRECONDITION": StaleCall,
+    "UNIMPLEMENTED": UnknownEndpoint,
+    "NOT_FOUND": NotFound,
+    "PERMISSION_DENIED": Forbidden,
+    "UNAVAILABLE": Unreachable,
+    "DEADLINE_EXCEEDED": CallTimeout,
 }
 
-_STATUS_OF = {
-    MalformedMessage: grpc.StatusCode.INVALID_ARGUMENT,
-    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
-    StaleCall: grpc.StatusCode.FAILED_PRECONDITION,
-    UnknownEndpoint: grpc.StatusCode.UNIMPLEMENTED,
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    Forbidden: grpc.StatusCode.PERMISSION_DENIED,
+_STATUS_OF: dict[type[RpcError], str] = {
+    MalformedMessage: "INVALID_ARGUMENT",
+    InvalidRequest: "INVALID_ARGUMENT",
+    StaleCall: "FAILED_PRECONDITION",
+    UnknownEndpoint: "UNIMPLEMENTED",
+    NotFound: "NOT_FOUND",
+    Forbidden: "PERMISSION_DENIED",
 }
 
 
 def status_of(error: RpcError) -> grpc.StatusCode:
     """The status a refused call answers with, for `error` or a subclass of its kind."""
+    import grpc
+
     for kind in type(error).__mro__:
         if kind in _STATUS_OF:
-            return _STATUS_OF[kind]
+            return grpc.StatusCode[_STATUS_OF[kind]]
     return grpc.StatusCode.INTERNAL
 
 
@@ -87,5 +93,5 @@ def from_grpc(error: grpc.aio.AioRpcError, target: str) -> RpcError:
 
 def from_status(code: grpc.StatusCode, details: str | None, target: str) -> RpcError:
     """The error a caller of `target` sees for a call answered with `code` and `details`."""
-    kind = _BY_STATUS.get(code, RemoteError)
+    kind = _BY_STATUS.get(code.name, RemoteError)
     return kind(f"{target}: {details or code.name}")

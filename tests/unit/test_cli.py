@@ -52,3 +52,33 @@ def test_the_default_target_is_execution_target_and_auto_looks_for_yarn(tmp_path
     (tmp_path / "yarn-site.xml").write_text("<configuration/>")
     assert default_target(Configuration()) == "yarn-per-job"
     assert default_target(Configuration({"execution.target": "local"})) == "local"
+
+
+def test_submitting_a_pyspark_script_into_a_session_imports_no_arrow_grpc_or_http_stack(tmp_path):
+    """A warm session's script is on the clock from the client's start: what the client
+    does for it (its modules, the script's graph and settings for pyspark.master=local,
+    the output check, the staging area it does not use) imports neither pyarrow and
+    numpy (a graph's operators, the outputs' filesystems) nor gRPC (the RPC's errors and
+    credentials) nor WebHDFS's requests: together half a second of its start."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text("print('hi')\n")
+    probe = f"""
+import sys
+from yarn_client import cli, rest_submit, shipping, yarn_executors
+from yarn_client.executors import check_outputs
+from yarn_client.programs import pyspark_job_graph
+from yarn_client.spark_submit import SparkSubmitOptions, yarn_settings
+from flinkyarn.configuration import Configuration
+submit = SparkSubmitOptions()
+settings = yarn_settings(submit, {{"pyspark.master": "local"}}, shipping.Staging(Configuration()))
+graph = pyspark_job_graph(cli.Path({str(script)!r}), ("1",), settings)
+check_outputs(graph, False)
+print(sorted(m for m in ("pyarrow", "numpy", "grpc", "fsspec", "requests") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "[]"
