@@ -254,11 +254,20 @@ def killed_streaming_job_goes_on_from_its_checkpoint(target: Target) -> JobDetai
     try:
         wait_for(lambda: jobs.markers(folder, "held") == {"0", "1"}, 180,
                  "both sources holding in the middle of the job")
-        view = wait_for(lambda: (v := target.rest.job(job_id).checkpoints) and v.completed and v,
-                        60, "a completed checkpoint")
+
+        def latest_completed():
+            """(checkpoints view, metadata of its latest completed one) once there is one."""
+            view = target.rest.job(job_id).checkpoints
+            if not (view and view.completed):
+                return None
+            try:
+                return view, checkpoints.read_metadata(checkpoints.checkpoint_directory(
+                    view.directory, view.last_completed_id or 0))
+            except ValueError:  # a newer one completed and subsumed it since (100 ms)
+                return None
+
         # Each subtask's state is in it (the sums' too: both had data by batch 10).
-        latest = checkpoints.read_metadata(checkpoints.checkpoint_directory(
-            view.directory, view.last_completed_id or 0))
+        view, latest = wait_for(latest_completed, 60, "a completed checkpoint")
         vertices = target.rest.job(job_id).vertices
         assert sorted((t.vertex_id, t.subtask_index) for t in latest.tasks
                       if t.snapshot.operators) == sorted(
