@@ -57,9 +57,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from flinkyarn.key_groups import Redistribution
-
     from flinkyarn.gateways.job_master import OutputChunk
+    from flinkyarn.key_groups import Redistribution
 
 
 class OperatorContext(Protocol):
