@@ -361,3 +361,44 @@ def test_a_driver_on_yarn_starts_its_context_again_when_it_loses_sparks_ui_filte
         assert done.returncode == 3, done.stderr[-3000:]
         assert f"failed: java.lang.NullPointerException: {lost[-1]}" in done.stdout
         assert retries == (2 if len(lost) == 3 else 0)
+
+
+STOPPING_DRIVER = r"""
+import sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.master("local[1]").appName("stops").getOrCreate()
+print("sum", spark.sparkContext.parallelize(range(10)).sum())
+print("jvm", spark.sparkContext._gateway.proc.pid, flush=True)
+if sys.argv[1] == "stop":
+    spark.stop()
+"""
+
+
+def test_a_driver_whose_script_stopped_its_context_ends_its_jvm_with_it(tmp_path):
+    """The JVM of a stopped context has only Spark's shutdown hooks left, which made the
+    script's end wait some 0.35 s: the launcher ends it before it exits itself. A context
+    the script left running is left to those hooks, which stop it."""
+    script = tmp_path / "stops.py"
+    script.write_text(STOPPING_DRIVER)
+    jvms = {}
+    for how in ("stop", "leave"):
+        # Into files, not pipes: the JVM shares the driver's output, and a pipe's reader
+        # would wait for the JVM too.
+        out, err = tmp_path / f"{how}.out", tmp_path / f"{how}.err"
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            code = subprocess.Popen(
+                [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
+                 str(script), how], cwd=REPO, stdout=stdout, stderr=stderr,
+                env={**os.environ, "PYTHONPATH": str(REPO)}).wait(timeout=180)
+        assert code == 0, err.read_text()[-3000:]
+        assert "sum 45" in out.read_text()
+        jvms[how] = int(out.read_text().split("jvm ")[1].split()[0])
+        # The JVM reads its end of input until the launcher exits: without the kill it
+        # was still running (its hooks) at this moment.
+        state = proc_stat(jvms[how])
+        if how == "stop":
+            assert state is None or state[0] in (b"Z", b"X"), state
+    wait_for(lambda: proc_stat(jvms["leave"]) is None
+             or proc_stat(jvms["leave"])[0] in (b"Z", b"X"), timeout=60,
+             what="the JVM whose context the script left running to end by its hooks")
