@@ -54,8 +54,8 @@ from typing import TYPE_CHECKING
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.scratch import ProcessScratch
-from taskexecutor.reaper import REAPER
 from taskexecutor import spark_daemon
+from taskexecutor.reaper import REAPER
 from taskexecutor.spark_cds import SparkClassData
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]

@@ -67,6 +67,7 @@ def test_submitting_a_pyspark_script_into_a_session_imports_no_arrow_grpc_or_htt
     script.write_text("print('hi')\n")
     probe = f"""
 import sys
+from pathlib import Path
 from yarn_client import cli, rest_submit, shipping, yarn_executors
 from yarn_client.executors import check_outputs
 from yarn_client.programs import pyspark_job_graph
@@ -74,7 +75,7 @@ from yarn_client.spark_submit import SparkSubmitOptions, yarn_settings
 from flinkyarn.configuration import Configuration
 submit = SparkSubmitOptions()
 settings = yarn_settings(submit, {{"pyspark.master": "local"}}, shipping.Staging(Configuration()))
-graph = pyspark_job_graph(cli.Path({str(script)!r}), ("1",), settings)
+graph = pyspark_job_graph(Path({str(script)!r}), ("1",), settings)
 check_outputs(graph, False)
 print(sorted(m for m in ("pyarrow", "numpy", "grpc", "fsspec", "requests") if m in sys.modules))
 """

@@ -289,7 +289,7 @@ class SlotPool:
         return [h.slot for h in self._idle.values()]
 
     def assigned_slots(self) -> dict[SlotRequestId, PhysicalSlot]:
-        return {h.request_id: h.slot for h in self._slots.values() if h.request_id is not None}
+        return {request_id: self._slots[aid].slot for request_id, aid in self._assigned.items()}
 
     def pending_requests(self) -> list[PendingSlotRequest]:
         """In arrival order."""
