@@ -211,6 +211,7 @@ class StreamTask:
         address = location.data_address
         return RemoteInputChannel(self.env.clients, lambda: address, partition_id,
                                   consumed.subpartition_index, timeout, ticket=consumed.ticket,
+                                  producer=str(location.resource_id),
                                   backoff=self.env.network.request_backoff)
 
     # ------------------------------------------------------------------- running

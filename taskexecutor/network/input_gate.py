@@ -149,7 +149,9 @@ class RemoteInputChannel(InputChannel):
     close() does not interrupt it). `ticket`: the JobMaster's for this subpartition
     (security.partition_ticket), without which the producer serves nothing. `backoff`:
     the pauses between requests while the partition is not registered there
-    (taskmanager.network.request-backoff.*).
+    (taskmanager.network.request-backoff.*). `producer`: the producing TaskExecutor's
+    resource id, named beside its address in errors (so a failure caused by its loss
+    says which TaskExecutor was lost).
     Requests are long polls of up to `poll_wait` seconds (see flight.py), so close()
     takes effect within about that long while the partition is missing or has no data
     yet, and at once during the stream; either way the server then closes its reader.
@@ -157,11 +159,12 @@ class RemoteInputChannel(InputChannel):
 
     def __init__(self, pool: DataClientPool, locate: Callable[[], str],
                  partition_id: ResultPartitionID, subpartition: int, timeout: float,
-                 *, ticket: bytes, poll_wait: float = 0.5,
+                 *, ticket: bytes, producer: str = "", poll_wait: float = 0.5,
                  backoff: retry.Backoff = _BACKOFF) -> None:
         super().__init__(partition_id, subpartition, timeout)
         self._pool = pool
         self._ticket = ticket
+        self._producer = producer
         self._locate = locate
         self._poll_wait = poll_wait
         self._backoff = backoff
@@ -182,7 +185,7 @@ class RemoteInputChannel(InputChannel):
                     except pa.ArrowException as error:
                         ended = True
                         self._check_open()
-                        raise partition_error(error, str(self), address) from None
+                        raise partition_error(error, str(self), self._where(address)) from None
                     if chunk.app_metadata is None:
                         yield chunk.data
                         continue
@@ -216,7 +219,7 @@ class RemoteInputChannel(InputChannel):
             try:
                 stream = self._pool.client(address).do_get(flight.Ticket(request.encode()))
             except pa.ArrowException as failure:
-                error = partition_error(failure, str(self), address)
+                error = partition_error(failure, str(self), self._where(address))
                 if isinstance(error, PartitionNotReady):  # the server keeps our reader
                     parked_at = address
                     continue
@@ -227,8 +230,8 @@ class RemoteInputChannel(InputChannel):
                     pause = not_found.failed(error)
                 except retry.GaveUp:
                     raise PartitionNotFound(
-                        f"{self}: the partition was not registered at the TaskExecutor at "
-                        f"{address} within {self.timeout:g} s") from None
+                        f"{self}: the partition was not registered at the TaskExecutor "
+                        f"{self._where(address)} within {self.timeout:g} s") from None
                 self._closed.wait(pause)  # close() cuts the pause short
                 continue
             with self._lock:
@@ -237,6 +240,9 @@ class RemoteInputChannel(InputChannel):
                     self._check_open()
                 self._stream = stream
             return stream, address
+
+    def _where(self, address: str) -> str:
+        return f"{self._producer} at {address}" if self._producer else f"at {address}"
 
     def _cancel(self, address: str) -> None:
         """Tells the server to drop the reader it keeps for us (best effort: it drops

@@ -103,8 +103,9 @@ def to_server_error(error: PartitionException) -> flight.FlightServerError:
     return server_error(type(error).__name__, str(error))
 
 
-def partition_error(error: Exception, what: str, address: str) -> PartitionException:
-    """The data-plane exception for a Flight error while reading `what` from `address`:
+def partition_error(error: Exception, what: str, where: str) -> PartitionException:
+    """The data-plane exception for a Flight error while reading `what` from the
+    TaskExecutor `where` ("at host:port", or "<resource id> at host:port"):
     the server's own exception when it sent one, else PartitionFailed (unreachable
     TaskExecutor, refused handshake, broken stream)."""
     info = getattr(error, "extra_info", None)
@@ -117,7 +118,7 @@ def partition_error(error: Exception, what: str, address: str) -> PartitionExcep
             return _ERRORS.get(detail.kind, PartitionFailed)(detail.message)
     first_line = str(error).split(". Detail:")[0].split("\n")[0]
     if isinstance(error, flight.FlightUnavailableError):
-        return PartitionFailed(f"{what}: the producer's TaskExecutor at {address} is "
+        return PartitionFailed(f"{what}: the producer's TaskExecutor {where} is "
                                f"unreachable: {first_line}")
-    return PartitionFailed(f"{what}: reading from {address} failed: "
+    return PartitionFailed(f"{what}: reading from the TaskExecutor {where} failed: "
                            f"{type(error).__name__}: {first_line}")

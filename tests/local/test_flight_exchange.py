@@ -201,10 +201,11 @@ def keyed_partition(partition_type: str, subpartitions: int, spill_dir: Path, bo
 
 
 def remote(pool, address: str, subpartition: int = 0, result: str = "result",
-           timeout: float = 10.0, with_ticket: bytes | None = None) -> RemoteInputChannel:
+           timeout: float = 10.0, with_ticket: bytes | None = None,
+           producer: str = "") -> RemoteInputChannel:
     return RemoteInputChannel(pool, lambda: address, pid(result), subpartition, timeout,
                               ticket=ticket(result, subpartition) if with_ticket is None
-                              else with_ticket)
+                              else with_ticket, producer=producer)
 
 
 def read_table(channel: RemoteInputChannel) -> pa.Table:
@@ -436,9 +437,12 @@ def test_a_partition_that_never_appears_fails_after_the_timeout(server, pool):
     assert time.monotonic() - started >= 1.0  # it asked until its timeout
 
 
-def test_an_unreachable_task_executor_fails_the_channel_at_once(watched_pool):
-    with pytest.raises(PartitionFailed, match=r"result#0 of job job.*127.0.0.1:1 is unreachable"):
-        list(remote(watched_pool, "127.0.0.1:1").read())
+def test_an_unreachable_task_executor_fails_the_channel_at_once_naming_it(watched_pool):
+    """The error names the producer's TaskExecutor, not only its address: a job whose
+    failover began here tells which TaskExecutor was lost."""
+    with pytest.raises(PartitionFailed, match=r"result#0 of job job.*TaskExecutor "
+                       r"taskexecutor-7 at 127.0.0.1:1 is unreachable"):
+        list(remote(watched_pool, "127.0.0.1:1", producer="taskexecutor-7").read())
     # At once: after its one request, not after asking again until its timeout.
     assert watched_pool.answers == [("result", "PartitionFailed")]
 
