@@ -44,6 +44,7 @@ import logging
 import os
 import re
 import shlex
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -261,6 +262,7 @@ class SparkSessionProvider:
             session.stop()
 
     def _start(self) -> SparkSession:
+        from pyspark import java_gateway
         from pyspark.sql import SparkSession
 
         for folder in (self.java_tmp_dir, *self.local_dirs):
@@ -276,6 +278,7 @@ class SparkSessionProvider:
         builder = SparkSession.builder
         for key, value in self.spark_conf(archive, class_path).items():
             builder = builder.config(key, value)
+        java_gateway.Popen = GatewayPopen  # type: ignore[attr-defined,assignment]  # see GatewayPopen
         session = builder.getOrCreate()
         jvm = getattr(session.sparkContext._gateway, "proc", None)  # None if pyspark's JVM was there before
         if jvm is not None:
@@ -285,6 +288,21 @@ class SparkSessionProvider:
         session.sparkContext.setLogLevel("WARN")
         make_active(session)
         return session
+
+
+class GatewayPopen(subprocess.Popen):
+    """How pyspark's `launch_gateway` starts the JVM (spark-submit) in a TaskExecutor.
+    pyspark passes a preexec_fn, to make the JVM ignore SIGINT: Python run in the child
+    between fork and exec. A TaskExecutor runs gRPC, whose threads hold locks and whose
+    fork handlers then run too; under load the child died before its exec (pyspark's
+    [JAVA_GATEWAY_EXITED], with no output of the JVM's). Here the child only execs (by
+    vfork), the shell makes SIGINT ignored (as the JVM inherits it) and execs spark-submit:
+    the process is the JVM, as before."""
+
+    def __init__(self, args: Sequence[str], **kwargs) -> None:
+        kwargs.pop("preexec_fn", None)
+        super().__init__(["/bin/sh", "-c", 'trap "" INT; exec "$@"', "spark-submit", *args],
+                         **kwargs)
 
 
 def make_active(session: SparkSession) -> None:

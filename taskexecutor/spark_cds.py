@@ -275,7 +275,7 @@ class SparkClassData:
                     [sys.executable, "-m", "taskexecutor.spark_cds", str(self.archive),
                      *([str(self.environment)] if self.environment is not None else [])],
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=_lowest_priority)
+                    start_new_session=True)  # it lowers its own priority (see __main__)
         except OSError:
             self.lock.unlink(missing_ok=True)
             raise
@@ -418,6 +418,9 @@ def train(archive: Path, environment: Path | None = None) -> None:
 
 
 if __name__ == "__main__":
+    # Here, not in a preexec_fn of the process that starts us: that one may run gRPC, and
+    # Python run between its fork and exec can crash the child (see spark_bridge).
+    _lowest_priority()
     logging.basicConfig(level=logging.INFO)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     train(Path(sys.argv[1]).absolute(), Path(sys.argv[2]) if len(sys.argv) > 2 else None)

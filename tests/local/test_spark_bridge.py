@@ -16,7 +16,7 @@ import pytest
 
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.pipeline.spark_stage import SparkStage
-from taskexecutor.spark_bridge import MIB, SparkMemoryBudget, SparkSessionProvider
+from taskexecutor.spark_bridge import MIB, GatewayPopen, SparkMemoryBudget, SparkSessionProvider
 from taskexecutor.spark_cds import SparkClassData
 
 
@@ -113,6 +113,12 @@ def test_the_spark_jvm_maps_the_class_data_archive(provider):
                      .getInputArguments())
     assert f"-XX:SharedArchiveFile={provider.class_data.archive}" in arguments
     assert "-Xshare:on" in arguments
+
+
+def test_the_spark_jvm_is_started_without_python_in_its_forked_child(provider):
+    """A TaskExecutor runs gRPC: pyspark's own start (a preexec_fn) could kill the child
+    before its exec. tests/unit/test_spark_gateway.py shows what GatewayPopen does."""
+    assert isinstance(provider.get().sparkContext._gateway.proc, GatewayPopen)
 
 
 def test_the_spark_jvm_listens_on_loopback_only(provider):
