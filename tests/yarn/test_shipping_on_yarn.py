@@ -196,8 +196,10 @@ def test_an_archive_for_another_python_fails_the_application_naming_both(nodes, 
                        str(program), timeout=300)
 
     assert result.returncode == 1
+    app_id = re.search(r"submitted (application_\d+_\d+)", result.stderr)[1]
     [app] = [a for a in yarn_cluster.flinkyarn_applications(states=("FINISHED", "FAILED"), tag=TAG)
-             if a["finalStatus"] == "FAILED"]
+             if a["id"] == app_id]  # not another test's that failed
+    assert app["finalStatus"] == "FAILED", app
     client = "%d.%d.%d" % sys.version_info[:3]
     assert runtime_check.MARKER in app["diagnostics"], app["diagnostics"]
     assert version in app["diagnostics"] and client in app["diagnostics"], app["diagnostics"]
