@@ -278,7 +278,8 @@ class SparkSessionProvider:
         builder = SparkSession.builder
         for key, value in self.spark_conf(archive, class_path).items():
             builder = builder.config(key, value)
-        java_gateway.Popen = GatewayPopen  # type: ignore[attr-defined,assignment]  # see GatewayPopen
+        # What pyspark's launch_gateway starts the JVM with (see GatewayPopen).
+        java_gateway.Popen = GatewayPopen  # type: ignore[attr-defined,assignment]
         session = builder.getOrCreate()
         jvm = getattr(session.sparkContext._gateway, "proc", None)  # None if pyspark's JVM was there before
         if jvm is not None:
