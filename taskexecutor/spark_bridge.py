@@ -58,6 +58,7 @@ from flinkyarn.scratch import ProcessScratch
 from taskexecutor import spark_daemon
 from taskexecutor.reaper import REAPER
 from taskexecutor.spark_cds import SparkClassData
+from taskexecutor.task import IMPORTING
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
 
@@ -262,8 +263,9 @@ class SparkSessionProvider:
             session.stop()
 
     def _start(self) -> SparkSession:
-        from pyspark import java_gateway
-        from pyspark.sql import SparkSession
+        with IMPORTING:  # a task thread may be importing pyspark too
+            from pyspark import java_gateway
+            from pyspark.sql import SparkSession
 
         for folder in (self.java_tmp_dir, *self.local_dirs):
             folder.mkdir(parents=True, exist_ok=True)

@@ -33,10 +33,14 @@ if TYPE_CHECKING:
     from taskexecutor.environment import TaskEnvironment
 
 
-# Unpickling a task's code imports the modules it refers to. Two task threads importing
-# the same package at once can see it half initialised (an ImportError naming a
-# "partially initialized module"), so tasks of one TaskExecutor unpickle one at a time.
-_unpickling = threading.Lock()
+# Held by a TaskExecutor's threads while they may import a package for the first time:
+# a task unpickling its code (which imports the modules it refers to), the SparkSession's
+# start (pyspark). Python locks each module while importing it, a submodule before its
+# package; two threads importing a package whose modules import each other (pyspark's
+# __init__ imports pyspark.sql, which imports pyspark) can take those locks in opposite
+# orders, and Python breaks that deadlock by handing one of them the half-initialised
+# module: an ImportError naming a "partially initialized module". So one at a time.
+IMPORTING = threading.RLock()
 
 
 class TaskCancelled(Exception):
@@ -266,7 +270,7 @@ class Task:
         name = self._thread.name
         self._report(self, TaskState.INITIALIZING, None)
         try:
-            with _unpickling:
+            with IMPORTING:
                 invokable = cloudpickle.loads(self.deployment.invokable)
             context = self.context
             context.check_cancelled()

@@ -176,9 +176,11 @@ class SparkStage(Operator):
     def _run(self, inputs: list[_CollectedInput]) -> Iterator[pa.RecordBatch]:
         """Runs the function over `inputs` (closed and removed after); its result
         streams out of the returned iterator."""
+        spark = self.context.spark()
+        # Only now: the session's start imported pyspark (in a TaskExecutor, under its lock
+        # for first imports, taskexecutor/task.py IMPORTING), so this import cannot race it.
         from pyspark.sql import DataFrame
 
-        spark = self.context.spark()
         result_dir = os.path.join(self.context.tmp_dir, f"spark-result-{uuid.uuid4().hex}")
         try:
             with spark_job_tag(spark, self.context, self.name):

@@ -1,5 +1,6 @@
-"""How a TaskExecutor starts pyspark's JVM (taskexecutor/spark_bridge.GatewayPopen): no
-Python runs in the forked child, yet the JVM ignores SIGINT as pyspark wants."""
+"""How a TaskExecutor brings pyspark up beside its gRPC and task threads: the JVM starts
+with no Python in the forked child (taskexecutor/spark_bridge.GatewayPopen), yet ignores
+SIGINT as pyspark wants; pyspark is first imported by one thread at a time."""
 
 from __future__ import annotations
 
@@ -34,3 +35,56 @@ def test_the_spark_jvm_starts_without_python_in_the_child_and_ignores_sigint():
     # JVM's, which the reaper watches), the shell having exec'd it.
     assert lines == ["Popen", "python ran in the child", "True",
                      "GatewayPopen", "True"], lines
+
+
+# In a fresh interpreter: a finder that notes, at the first import of pyspark, whether the
+# importing thread holds the TaskExecutor's lock for first imports and whether the Spark
+# stage had asked for its session yet, and stops the import there (no JVM starts).
+IMPORTS_PROBE = textwrap.dedent("""
+    import sys, threading
+    from taskexecutor.task import IMPORTING
+    seen, asked = [], []
+
+    class Watch:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "pyspark":
+                seen.append((IMPORTING._is_owned(), bool(asked)))
+                raise ImportError("the probe stops here")
+
+    assert "pyspark" not in sys.modules
+    sys.meta_path.insert(0, Watch())
+    from flinkyarn.pipeline.spark_stage import SparkStage
+    from taskexecutor.spark_bridge import MIB, SparkSessionProvider
+
+    provider = SparkSessionProvider(cores=1, memory_bytes=1024 * MIB, slots=1,
+                                    tmp_dir=sys.argv[1])
+    try:
+        provider.get()
+    except ImportError:
+        pass
+
+    class Context:
+        def spark(self):
+            asked.append(1)
+            return provider.get()
+
+    stage = SparkStage(lambda df: df, name="probe")
+    stage.context = Context()
+    try:
+        stage._run([])
+    except ImportError:
+        pass
+    print(seen)
+""")
+
+
+def test_pyspark_is_first_imported_under_the_task_executors_import_lock(tmp_path):
+    """Two threads importing pyspark for the first time at once can get an ImportError
+    ("partially initialized module"): the session's start imports it holding the lock
+    that tasks hold to unpickle their code, and a Spark stage imports it only once it has
+    its session (seen in the soak: a Spark stage's task failed so on both TaskExecutors)."""
+    seen = subprocess.run([sys.executable, "-c", IMPORTS_PROBE, str(tmp_path)],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+    # The provider's start, under the lock; then the stage, whose request for the session
+    # came first (and started it, under the lock, before its own import).
+    assert seen.strip() == "[(True, False), (True, True)]", seen
