@@ -263,7 +263,10 @@ def test_the_launcher_guards_only_drivers_on_yarn_against_sparks_ui_race(master,
 def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkeypatch):
     """pyspark's accumulator server serves a connection in its own thread and sees the
     shutdown flag only when the handler's one-second poll ends; the launcher's shutdown
-    returns at once and leaves that wait to a daemon thread, which still ends the server."""
+    returns at once and leaves that wait to a daemon thread, which still ends the server.
+    Here the handler is held in the middle of an update (a count sent, not the update),
+    so the server's thread cannot end before the test lets it, however slow the machine."""
+    import pickle
     import socket
     import threading
 
@@ -280,9 +283,27 @@ def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkey
     try:
         client.sendall(b"token" + (0).to_bytes(4, "big"))  # signed in, no updates
         assert client.recv(1) == b"\x01"  # acknowledged: the handler polls for more
-        server.shutdown()
-        assert server.server_shutdown and serving.is_alive()  # the handler still polls
-        serving.join(timeout=10)
+        client.sendall((1).to_bytes(4, "big"))  # one update follows: the handler reads it
+
+        def reading_the_update() -> bool:
+            frame = sys._current_frames().get(serving.ident)
+            while frame is not None and frame.f_code.co_name != "_read_with_length":
+                frame = frame.f_back
+            return frame is not None
+
+        retry.poll_until(reading_the_update, bool, pauses=retry.Backoff.fixed(0.01),
+                         deadline=retry.Deadline(10))
+        stopping = threading.Thread(target=server.shutdown, daemon=True)
+        stopping.start()
+        stopping.join(timeout=30)
+        assert not stopping.is_alive(), "shutdown() waited for the server's thread"
+        retry.poll_until(lambda: server.server_shutdown, bool, pauses=retry.Backoff.fixed(0.05),
+                         deadline=retry.Deadline(10))
+        assert serving.is_alive()  # still reading the update
+        update = pickle.dumps((-1, 0))  # for no accumulator of this process
+        client.sendall(len(update).to_bytes(4, "big") + update)
+        assert client.recv(1) == b"\x01"
+        serving.join(timeout=10)  # the handler saw the flag: the server ended
         assert not serving.is_alive()
         retry.poll_until(lambda: server.socket.fileno() == -1, bool,  # closed
                          pauses=retry.Backoff.fixed(0.05), deadline=retry.Deadline(10))
