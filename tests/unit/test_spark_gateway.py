@@ -41,7 +41,7 @@ def test_the_spark_jvm_starts_without_python_in_the_child_and_ignores_sigint():
 # importing thread holds the TaskExecutor's lock for first imports and whether the Spark
 # stage had asked for its session yet, and stops the import there (no JVM starts).
 IMPORTS_PROBE = textwrap.dedent("""
-    import sys, threading
+    import sys
     from taskexecutor.task import IMPORTING
     seen, asked = [], []
 
