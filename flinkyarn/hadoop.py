@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlparse
 
+from flinkyarn import retry
+
 if TYPE_CHECKING:  # imported where used: most processes speak to neither
     import requests
     from fsspec.implementations.webhdfs import WebHDFS
@@ -385,4 +387,28 @@ def attempt_killed(app_id: str, attempt: int) -> bool:
 def kill_application(app_id: str) -> None:
     """Asks the ResourceManager to kill `app_id` (nothing happens to an ended one)."""
     rm_request(f"/ws/v1/cluster/apps/{app_id}/state", "PUT", {"state": "KILLED"})
+
+
+# An application's states in which it has ended.
+APPLICATION_ENDED = ("FINISHED", "FAILED", "KILLED")
+
+
+class _StillRunning(Exception):
+    """An application that was asked to end has not yet."""
+
+
+def kill_application_until_ended(app_id: str, timeout: float) -> dict[str, Any]:
+    """Kills `app_id` and waits until YARN says it ended; returns its last report. While
+    it has not, looks again after 50 ms, doubling to a second, and asks again: a busy RM
+    may time out a call, and an RM that failed over may not have seen it. GaveUp (with
+    the last error) after `timeout` s."""
+    def attempt() -> dict[str, Any]:
+        report: dict[str, Any] = rm_request(f"/ws/v1/cluster/apps/{app_id}")["app"]
+        if report["state"] in APPLICATION_ENDED:
+            return report
+        kill_application(app_id)
+        raise _StillRunning(f"{app_id} is {report['state']}")
+
+    return retry.retry(attempt, retry_on=(OSError, ValueError, KeyError, _StillRunning),
+                       pauses=retry.Backoff(0.05, 1.0), deadline=retry.Deadline(timeout))
 

@@ -11,10 +11,13 @@ every 10 s. The cluster starts at t = 1000 s; a job submitted then is heartbeate
 
 from __future__ import annotations
 
+import pytest
+
+from flinkyarn import hadoop
 from flinkyarn.gateways.dispatcher import JobQuery
-from flinkyarn.gateways.job_master import TaskState, job_master_endpoint
+from flinkyarn.gateways.job_master import ReportTaskOutput, TaskState, job_master_endpoint
 from flinkyarn.ids import ResourceID
-from tests.harness import Cluster, gen_cluster, job_graph
+from tests.harness import BlockedCall, Cluster, gen_cluster, job_graph
 
 TIMEOUT = 50.0
 TICK = 1.0  # the ResourceManager's and the JobMaster's housekeeping
@@ -188,3 +191,36 @@ async def test_a_worker_whose_process_ends_is_dropped_and_its_job_masters_are_to
 
     await cluster.advance(1.0)  # the restart delay
     assert running(cluster)[-2:] == [("work (1/2) #1", TE2), ("work (2/2) #1", TE2)]
+
+
+@gen_cluster(task_executors=1)
+async def test_a_lost_drivers_spark_application_is_killed_before_its_job_ends(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PySpark driver lost with its TaskExecutor leaves its Spark application RUNNING at
+    YARN (its AM was the driver): the JobMaster kills it, and the job, failed at once
+    (no restarts), ends only once YARN says the application ended. Before, the job's end
+    stopped the JobMaster, which cancelled a kill not yet sent: on a busy AppMaster the
+    application ran on for YARN's AM expiry."""
+    kills: list[tuple[str, BlockedCall]] = []
+
+    def kill_until_ended(app_id: str, timeout: float) -> dict[str, str]:
+        call = BlockedCall(f"kill {app_id}")
+        kills.append((app_id, call))
+        raise call
+    monkeypatch.setattr(hadoop, "kill_application_until_ended", kill_until_ended)
+    job = await cluster.submit(job_graph("script", ("driver", 1)))
+    jm = cluster.job_master(job)
+    [task] = cluster.tasks.running("driver")
+    await jm.report_task_output(ReportTaskOutput(jm.job_master_id, task.attempt_id, [],
+                                                 "application_9_0001", "http://node:4040"))
+
+    cluster.task_executors[TE1].kill()
+    await cluster.settle()
+    [(app_id, kill)] = kills
+    assert app_id == "application_9_0001" and kill.pending
+    assert cluster.dispatcher.jobs[job].result is None  # waits for YARN
+    kill.answer({"state": "KILLED"})
+    await cluster.settle()
+    result = cluster.dispatcher.jobs[job].result
+    assert result is not None and result.status.value == "FAILED"
+    assert f"TaskExecutor {TE1}" in (result.failure_cause or "")

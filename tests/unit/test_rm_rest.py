@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from flinkyarn import hadoop, kerberos
+from flinkyarn import hadoop, kerberos, retry
 
 
 def write(directory, name, props):
@@ -120,11 +120,13 @@ class FakeRM:
     """An RM's web server on 127.0.0.1: `active` answers JSON (what it was asked),
     `kerberos` too, but 401 Negotiate without an Authorization header, `redirect` 307 to
     `to`, `standby` Hadoop's standby page; `seen` keeps each request (method, path,
-    query, body, headers)."""
+    query, body, headers). `apps` (active): the applications it knows, by id, each
+    RUNNING until the `apps[id]`-th request to kill it (0: never), then KILLED."""
 
     def __init__(self, role: str, to: "FakeRM | None" = None, tls: ssl.SSLContext | None = None,
-                 status: int = 200) -> None:
+                 status: int = 200, apps: dict[str, int] | None = None) -> None:
         self.role, self.to, self.status, self.seen = role, to, status, []
+        self.apps, self.kills = apps, dict.fromkeys(apps or {}, 0)
         rm = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -149,6 +151,13 @@ class FakeRM:
                         "exception": "NotFoundException",
                         "message": f"app with id: {parts.path.rsplit('/', 1)[-1]} not found"}}
                     ).encode(), "application/json")
+                elif rm.apps is not None:
+                    app_id = parts.path.split("/")[5]  # /ws/v1/cluster/apps/<id>[/state]
+                    if self.command == "PUT":
+                        rm.kills[app_id] += 1
+                    ended = rm.kills[app_id] >= rm.apps[app_id] > 0
+                    self.answer(200, json.dumps({"app": {"id": app_id, "state": (
+                        "KILLED" if ended else "RUNNING")}}).encode(), "application/json")
                 else:
                     self.answer(200, json.dumps({"method": self.command, "path": parts.path,
                                                  "body": body}).encode(), "application/json")
@@ -255,6 +264,26 @@ def test_a_put_reaches_the_active_rm_with_its_body(conf, rms):
     assert (method, path, body) == ("PUT", "/ws/v1/cluster/apps/application_1_0001/state",
                                     {"state": "KILLED"})
     assert headers["Content-Type"] == "application/json"
+
+
+def test_a_kill_is_asked_again_until_the_application_ended(conf, rms):
+    """The first kill is lost (a busy or failed-over RM): asked again, the second ends it."""
+    rm = rms("active", apps={"application_1_0001": 2})
+    conf({"yarn.resourcemanager.webapp.address": rm.address})
+    report = hadoop.kill_application_until_ended("application_1_0001", timeout=30)
+    assert report["state"] == "KILLED"
+    assert [(method, path.rsplit("/", 1)[-1]) for method, path, *_ in rm.seen] == [
+        ("GET", "application_1_0001"), ("PUT", "state"),
+        ("GET", "application_1_0001"), ("PUT", "state"), ("GET", "application_1_0001")]
+
+
+def test_an_application_that_will_not_end_gives_up_after_the_timeout(conf, rms):
+    rm = rms("active", apps={"application_1_0001": 0})
+    conf({"yarn.resourcemanager.webapp.address": rm.address})
+    with pytest.raises(retry.GaveUp, match="application_1_0001 is RUNNING"):
+        hadoop.kill_application_until_ended("application_1_0001", timeout=1.5)
+    assert ("PUT", "/ws/v1/cluster/apps/application_1_0001/state") in [
+        (method, path) for method, path, *_ in rm.seen]
 
 
 def test_when_no_rm_answers_the_error_names_each_one_tried(conf, rms):

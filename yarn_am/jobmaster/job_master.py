@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 
 
 SLOT_REQUESTS_IN_FLIGHT = 32
+# Seconds the JobMaster keeps asking YARN to kill the Spark application of a driver lost
+# with its TaskExecutor; the job's end waits for it.
+SPARK_APPLICATION_KILL_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,9 @@ class JobMaster(RpcEndpoint):
         # unmanaged AM, the application's AM) dies with a lost TaskExecutor, and YARN
         # would keep the application RUNNING until its AM expiry (minutes).
         self._spark_applications: dict[ExecutionAttemptID, str] = {}
+        # The kills of such applications under way: the job's end waits for them (a
+        # stopped JobMaster cancels its tasks, and with them a kill not yet sent).
+        self._spark_application_kills: set[asyncio.Task[None]] = set()
         # Each task attempt's latest I/O metrics (heartbeat answers), its final ones once
         # it ended (with its final state: no later heartbeat answer replaces them).
         self.task_metrics: dict[ExecutionAttemptID, TaskIOMetrics] = {}
@@ -401,7 +407,9 @@ class JobMaster(RpcEndpoint):
         self._tm_heartbeats.unmonitor_target(resource_id)
         orphans = self._spark_applications_on(resource_id)
         if orphans:
-            self.spawn(self._kill_spark_applications(orphans), f"orphans-{resource_id}")
+            kill = self.spawn(self._kill_spark_applications(orphans), f"orphans-{resource_id}")
+            self._spark_application_kills.add(kill)
+            kill.add_done_callback(self._spark_application_kills.discard)
         # Finished tasks' results on it are gone too: region failover re-runs producers.
         self._run_scheduler(self.scheduler.task_executor_lost(resource_id, self._now()))
         self._run_pool(self.slot_pool.release_task_manager(resource_id, cause, self._now()))
@@ -421,17 +429,19 @@ class JobMaster(RpcEndpoint):
         return found
 
     async def _kill_spark_applications(self, app_ids: list[str]) -> None:
-        """Kills the Spark applications whose drivers died with their TaskExecutor."""
+        """Kills the Spark applications whose drivers died with their TaskExecutor, and
+        waits until YARN says they ended."""
         from flinkyarn import hadoop
 
         for app_id in app_ids:
             try:
-                await self.run_blocking(hadoop.kill_application, app_id)
-                log.info("job %s: killed Spark application %s, whose driver was lost",
-                         self.job_id, app_id)
+                report = await self.run_blocking(hadoop.kill_application_until_ended, app_id,
+                                                 SPARK_APPLICATION_KILL_TIMEOUT)
+                log.info("job %s: Spark application %s, whose driver was lost, is %s",
+                         self.job_id, app_id, report["state"])
             except Exception as error:  # the RM may refuse: YARN ends it after its AM expiry
-                log.warning("job %s: cannot kill Spark application %s: %s", self.job_id,
-                            app_id, error)
+                log.warning("job %s: cannot kill Spark application %s, whose driver was "
+                            "lost: %s", self.job_id, app_id, error)
 
     # -------------------------------------------------------------- checkpoints
 
@@ -857,6 +867,8 @@ class JobMaster(RpcEndpoint):
             te.ReleasePartitions(self.job_master_id, self.job_id)))
             for record in self.task_managers.values()]
         await asyncio.gather(*(self._free_slot(c) for c in frees), *releases)
+        if self._spark_application_kills:  # bounded: each gives up after its timeout
+            await asyncio.wait(self._spark_application_kills)
         if self.resource_manager_id is not None:
             await self._quietly(self._rm.disconnect_job_master(DisconnectJobMaster(
                 self.job_id, self.job_master_id, f"job {status.value}")))
