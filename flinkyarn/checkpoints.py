@@ -240,6 +240,7 @@ def write_savepoint(job_dir: str, metadata: CheckpointMetadata, target: str) -> 
                                   task.parallelism))
     saved = CheckpointMetadata(metadata.job_id, metadata.checkpoint_id, metadata.timestamp, tasks,
                                metadata.max_parallelism)
+    filesystems.ensure_folder(target_fs, target_root)  # also for a job without state
     temporary = f"{target_root}/.{METADATA}-{uuid.uuid4().hex[:8]}"
     with target_fs.open_output_stream(temporary) as out:
         out.write(msgspec.json.encode(saved))

@@ -365,6 +365,7 @@ class StreamTask:
                 for level, operator in enumerate(self.operators):
                     self._push(level + 1, _call(operator, "notify_checkpoint_complete",
                                                 control.checkpoint_id))
+                self.task.confirmed = max(self.task.confirmed, control.checkpoint_id)
 
     def _checkpoint(self, checkpoint_id: int, timestamp: int, alignment: float = 0.0) -> None:
         """The barrier goes on to every output, then the chain's state is written and the

@@ -139,6 +139,9 @@ class TaskContext:
         self.checkpoints: CheckpointResponder | None = None
         self._controls: queue.SimpleQueue[CheckpointControl] = queue.SimpleQueue()
         self._wake: Callable[[], None] | None = None
+        # The newest checkpoint whose confirmation the task's operators took (its sinks
+        # committed what it covers); written by the task thread only.
+        self.confirmed = -1
         # What the task counts (a stream task: flinkyarn/metrics.py), unless told not to.
         conf = environment.conf if environment is not None else None
         self.io = TaskIO() if conf is None or conf.get(options.METRICS_TASK_IO) \
@@ -250,6 +253,11 @@ class Task:
     def post_control(self, control: CheckpointControl) -> None:
         """A checkpoint trigger or confirmation for the task's thread (any thread)."""
         self.context.post_control(control)
+
+    @property
+    def confirmed(self) -> int:
+        """The newest checkpoint whose confirmation the task's operators took."""
+        return self.context.confirmed
 
     @property
     def name(self) -> str:

@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 APPLICATION_TOKENS_TIMEOUT = 120.0
 # How often a cancelled task's thread is checked for its end.
 CANCELLATION_POLL = 0.1
+# Seconds between looks at whether a task took a confirmation its JobMaster waits for.
+CONFIRMATION_POLL = 0.02
 
 
 class RegistrationTimeout(Exception):
@@ -518,6 +520,10 @@ class TaskExecutor(RpcEndpoint):
     async def confirm_checkpoint(self, request: ConfirmCheckpoint) -> Ack:
         self._post(request.job_master_id, request.attempt_id,
                    CheckpointConfirmed(request.checkpoint_id))
+        task = self.tasks.get(request.attempt_id)
+        while request.wait and task is not None and task.is_alive() \
+                and task.confirmed < request.checkpoint_id:
+            await self._clock.sleep(CONFIRMATION_POLL)  # the caller's timeout bounds it
         return ACK
 
     def _post(self, job_master_id: JobMasterId, attempt_id: ExecutionAttemptID,

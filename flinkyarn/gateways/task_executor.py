@@ -91,11 +91,14 @@ class TriggerCheckpoint(msgspec.Struct, frozen=True):
 
 class ConfirmCheckpoint(msgspec.Struct, frozen=True):
     """Checkpoint `checkpoint_id` completed: the task's operators may commit what it
-    covers (Flink's notifyCheckpointComplete)."""
+    covers (Flink's notifyCheckpointComplete). `wait`: answer only once the task's
+    operators took it, or the task ended (a stop-with-savepoint cancels the task next,
+    and its sinks must have committed the savepoint's output first)."""
 
     job_master_id: JobMasterId
     attempt_id: ExecutionAttemptID
     checkpoint_id: int
+    wait: bool = False
 
 
 class FreeSlot(msgspec.Struct, frozen=True):

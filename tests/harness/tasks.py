@@ -9,7 +9,8 @@ from typing import Callable
 from flinkyarn.metrics import TaskIO
 from flinkyarn.gateways.job_master import TaskState
 from flinkyarn.gateways.task_executor import TaskDeploymentDescriptor
-from taskexecutor.task import TaskFailure
+from flinkyarn.checkpoints import TaskStateSnapshot
+from taskexecutor.task import CheckpointConfirmed, CheckpointResponder, TaskFailure
 
 Report = Callable[["ScriptedTask", TaskState, "TaskFailure | None"], None]
 
@@ -21,7 +22,8 @@ class ScriptedTask:
     unpickled."""
 
     def __init__(self, deployment: TaskDeploymentDescriptor, report: Report,
-                 *_environment_locate_and_output: object) -> None:
+                 _environment: object = None, _locate: object = None, _output: object = None,
+                 checkpoints: CheckpointResponder | None = None) -> None:
         self.deployment = deployment
         self.attempt_id = deployment.attempt_id
         self.io = TaskIO()  # counts nothing: it has no data
@@ -31,6 +33,8 @@ class ScriptedTask:
         self.lost = False  # it died with its process: it reports nothing any more
         self._report = report
         self.controls: list[object] = []  # checkpoint triggers and confirmations posted
+        self.checkpoints = checkpoints
+        self.confirmed = -1  # the newest confirmation taken (take_confirmations)
 
     @property
     def vertex_name(self) -> str:
@@ -46,6 +50,17 @@ class ScriptedTask:
 
     def post_control(self, control: object) -> None:
         self.controls.append(control)
+
+    def acknowledge(self, checkpoint_id: int) -> None:
+        """Its part of the checkpoint is written (no state)."""
+        assert self.checkpoints is not None
+        self.checkpoints.acknowledge(checkpoint_id, TaskStateSnapshot())
+
+    def take_confirmations(self) -> None:
+        """Its operators take the confirmations posted so far (as a StreamTask's thread
+        does between two batches)."""
+        self.confirmed = max([self.confirmed] + [c.checkpoint_id for c in self.controls
+                                                 if isinstance(c, CheckpointConfirmed)])
 
     def cancel(self) -> None:
         if self.is_alive():

@@ -54,7 +54,7 @@ from flinkyarn.options import (CheckpointConfig, HeartbeatConfig, RegistrationCo
                                RestartStrategyConfig)
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import InvalidRequest, NotFound, RemoteError, RpcError, Unreachable
-from flinkyarn.rpc.service import RpcService
+from flinkyarn.rpc.service import RpcService, with_timeout
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.checkpoint_coordinator import (Aborted, CheckpointCoordinator,
                                                        CompletedCheckpoint, NotTriggered,
@@ -204,6 +204,7 @@ class JobMaster(RpcEndpoint):
         self.start_time = time.time()
         self.end_time: float | None = None
         self._terminating = False
+        self._stopping_after_savepoint = False  # no more checkpoints or savepoints
         # Commands of the Scheduler and the SlotPool not yet carried out, innermost last
         # (_carry_out): one's commands feed the other, and a chain as long as the pending
         # slot requests must not become as deep a recursion.
@@ -458,7 +459,7 @@ class JobMaster(RpcEndpoint):
             now = self._now()
             for aborted in coordinator.expire(now):
                 self._checkpoint_aborted(aborted)
-            if now >= coordinator.next_trigger_time(now):
+            if now >= coordinator.next_trigger_time(now) and not self._stopping_after_savepoint:
                 self._trigger_checkpoint(coordinator)
 
     def _trigger_checkpoint(self, coordinator: CheckpointCoordinator,
@@ -564,15 +565,30 @@ class JobMaster(RpcEndpoint):
         if not self._terminating:
             self._confirm(completed.checkpoint_id)
 
-    def _confirm(self, checkpoint_id: int) -> None:
-        """Tells every running task that the checkpoint completed (its sinks commit)."""
+    def _running_tasks(self) -> Iterator[tuple[ExecutionAttemptID, TaskManagerRecord]]:
+        """Each running task's attempt, with the record of its TaskExecutor."""
         for vertex in self.scheduler.execution_graph.execution_vertices():
             execution = vertex.current_execution
             record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
             if record is not None and execution.state is ExecutionState.RUNNING:
-                self.spawn(self._quietly(record.gateway.confirm_checkpoint(te.ConfirmCheckpoint(
-                    self.job_master_id, execution.attempt_id, checkpoint_id))),
-                    f"confirm-{checkpoint_id}-{execution.attempt_id}")
+                yield execution.attempt_id, record
+
+    def _confirm(self, checkpoint_id: int) -> None:
+        """Tells every running task that the checkpoint completed (its sinks commit)."""
+        for attempt_id, record in self._running_tasks():
+            self.spawn(self._quietly(record.gateway.confirm_checkpoint(te.ConfirmCheckpoint(
+                self.job_master_id, attempt_id, checkpoint_id))),
+                f"confirm-{checkpoint_id}-{attempt_id}")
+
+    async def _confirm_and_wait(self, checkpoint_id: int) -> None:
+        """Tells every running task that the checkpoint completed, and waits until each
+        took it (or ended), for at most the checkpoint timeout: a task that takes longer
+        is cancelled all the same, and what its sinks had not committed is committed by
+        a job that resumes from the checkpoint."""
+        timeout = self.config.checkpoint.timeout
+        await asyncio.gather(*(self._quietly(with_timeout(record.gateway, timeout).confirm_checkpoint(
+            te.ConfirmCheckpoint(self.job_master_id, attempt_id, checkpoint_id, wait=True)))
+            for attempt_id, record in self._running_tasks()))
 
     async def trigger_savepoint(self, target: str, stop: bool) -> str:
         """Takes a savepoint into the folder `target` (empty: state.savepoints.dir) and
@@ -585,6 +601,8 @@ class JobMaster(RpcEndpoint):
                              f"execution.checkpointing.interval takes savepoints)")
         if self._terminating or self.status is not JobStatus.RUNNING:
             raise ValueError(f"job {self.job_id} is {self.status.value}: no savepoint")
+        if self._stopping_after_savepoint:
+            raise ValueError(f"job {self.job_id} is stopping after a savepoint: no other")
         result = self._trigger_checkpoint(coordinator, savepoint=True)
         if isinstance(result, NotTriggered):
             raise ValueError(f"job {self.job_id}: no savepoint now: {result.reason}")
@@ -610,11 +628,16 @@ class JobMaster(RpcEndpoint):
                              f"{type(error).__name__}: {error}")
             return
         log.info("job %s: savepoint %d written to %s", self.job_id, completed.checkpoint_id, folder)
-        if not self._terminating:
-            self._confirm(completed.checkpoint_id)
-            if request is not None and request.stop:
+        if not self._terminating and request is not None and request.stop:
+            # As Flink's stop-with-savepoint: no checkpoint after it, and the tasks end
+            # only once their sinks committed what the savepoint covers.
+            self._stopping_after_savepoint = True
+            await self._confirm_and_wait(completed.checkpoint_id)
+            if not self._terminating:
                 log.info("job %s stops after its savepoint", self.job_id)
                 self._run_scheduler(self.scheduler.stop(self._now()))
+        elif not self._terminating:
+            self._confirm(completed.checkpoint_id)
         if request is not None and not request.done.done():
             request.done.set_result(folder)
 
