@@ -347,6 +347,15 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
         time.sleep(0.05)
     total = files * lines
     wait_for(lambda: committed_rows(records) == total, 120, "every record committed")
+    sums_expected = {k: sum(n for n in range(1, total + 1) if n % 4 == k) for k in range(4)}
+    if spark:
+        # An interval's sums run once its checkpoint completed and commit with the next:
+        # stopped before, the last intervals would wait in the savepoint for a resume.
+        try:
+            wait_for(lambda: committed_sums(sums) == sums_expected, 120,
+                     "every interval's sums committed")
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {committed_sums(sums)} != {sums_expected}") from None
     target.rest.savepoint(job_id, jobs.join(target.scratch, "savepoints"), stop=True, timeout=60)
     details = target.result(job_id)
     assert details.status == "FINISHED", details.failure_cause
@@ -359,14 +368,22 @@ def watched_folder_job_killed_twice_keeps_every_record_once(target: Target, file
         mine = sum(1 for n in range(1, total + 1) if n % 4 == k)
         assert len(set(running[k])) == len(running[k]), (k, sorted(running[k]))  # none twice
         assert max(running[k]) == mine, k
-    if spark:
+    if spark:  # each interval's result written once
         table = read(sums)
-        per_key: dict[int, int] = {}
-        for k, n in zip(table.column("k").to_pylist(), table.column("n").to_pylist()):
-            per_key[k] = per_key.get(k, 0) + n
-        assert per_key == {k: sum(n for n in range(1, total + 1) if n % 4 == k) for k in range(4)}
+        assert committed_sums(sums) == sums_expected, table.to_pylist()
         assert table.num_rows > 4  # more than one interval
     return details
+
+
+def committed_sums(folder: str) -> dict[int, int]:
+    """The committed sums of n per key k of a Spark stage's intervals, added up."""
+    if committed_rows(folder) == 0:
+        return {}
+    per_key: dict[int, int] = {}
+    table = read(folder)
+    for k, n in zip(table.column("k").to_pylist(), table.column("n").to_pylist()):
+        per_key[k] = per_key.get(k, 0) + n
+    return per_key
 
 
 def committed_rows(folder: str) -> int:
@@ -423,6 +440,11 @@ def stop_with_savepoint_and_resume(target: Target, stop: Callable[[str, str], st
     location = stop(first, jobs.join(run, "savepoints"))
     assert location.startswith(jobs.join(run, "savepoints/savepoint-")), location
     assert target.result(first).status == "FINISHED"
+    # Its sinks committed what the savepoint covers before their tasks ended: no file is
+    # left in progress (what came after the savepoint went with the tasks).
+    filesystem, folder = resolve(records)
+    assert [entry.base_name for entry in filesystem.get_file_info(pafs.FileSelector(folder))
+            if entry.base_name.endswith(".inprogress")] == []
 
     def resumed(pipeline: Pipeline, allow: bool = False):
         graph = pipeline.job_graph()
