@@ -76,3 +76,19 @@ async def test_a_task_that_does_not_take_the_confirmation_is_cancelled_after_the
     await cluster.advance(1.5)
     assert (source.state, sink.state) == (TaskState.CANCELED, TaskState.CANCELED)
     assert stop.done() and cluster.dispatcher.jobs[job].result.status.value == "FINISHED"
+
+
+@gen_cluster(task_executors=1)
+async def test_a_job_that_fails_while_it_waits_for_the_confirmations_ends_at_once(
+        cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """Its TaskExecutor does not answer (the confirmations are lost on the way) and a
+    task fails: the job ends now, not at the checkpoint timeout."""
+    lost = cluster.network.partition(method="confirm_checkpoint")
+    job, (source, _), stop, _ = await stop_with_savepoint(cluster, tmp_path, "10 min")
+    source.fail("the source broke")
+    await cluster.settle()
+    result = cluster.dispatcher.jobs[job].result
+    assert result is not None and result.status.value == "FAILED"
+    assert "the source broke" in (result.failure_cause or "")
+    assert stop.done()  # the savepoint was written: its folder
+    lost.heal()

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from flinkyarn import checkpoints, key_groups, options, retry
 from flinkyarn.checkpoints import (CheckpointMetadata, SubtaskState, TaskRestore,
@@ -204,6 +204,7 @@ class JobMaster(RpcEndpoint):
         self.start_time = time.time()
         self.end_time: float | None = None
         self._terminating = False
+        self._terminated = asyncio.Event()  # set with _terminating
         self._stopping_after_savepoint = False  # no more checkpoints or savepoints
         # Commands of the Scheduler and the SlotPool not yet carried out, innermost last
         # (_carry_out): one's commands feed the other, and a chain as long as the pending
@@ -584,11 +585,19 @@ class JobMaster(RpcEndpoint):
         """Tells every running task that the checkpoint completed, and waits until each
         took it (or ended), for at most the checkpoint timeout: a task that takes longer
         is cancelled all the same, and what its sinks had not committed is committed by
-        a job that resumes from the checkpoint."""
+        a job that resumes from the checkpoint. Returns at once if the job ends
+        meanwhile (a lost TaskExecutor's call could take the whole timeout)."""
         timeout = self.config.checkpoint.timeout
-        await asyncio.gather(*(self._quietly(with_timeout(record.gateway, timeout).confirm_checkpoint(
-            te.ConfirmCheckpoint(self.job_master_id, attempt_id, checkpoint_id, wait=True)))
-            for attempt_id, record in self._running_tasks()))
+        confirmed: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(
+            self._quietly(with_timeout(record.gateway, timeout).confirm_checkpoint(
+                te.ConfirmCheckpoint(self.job_master_id, attempt_id, checkpoint_id, wait=True)))
+            for attempt_id, record in self._running_tasks())))
+        ended: asyncio.Future[Any] = asyncio.ensure_future(self._terminated.wait())
+        try:
+            await asyncio.wait({confirmed, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            confirmed.cancel()
+            ended.cancel()
 
     async def trigger_savepoint(self, target: str, stop: bool) -> str:
         """Takes a savepoint into the folder `target` (empty: state.savepoints.dir) and
@@ -871,6 +880,7 @@ class JobMaster(RpcEndpoint):
 
     def _terminate(self, status: JobStatus, cause: str | None) -> None:
         self._terminating = True
+        self._terminated.set()
         self.end_time = time.time()
         log.info("job %s %s%s", self.job_id, status.value, f": {cause}" if cause else "")
         self.spawn(self._shut_down(status, cause), "shutdown")
