@@ -287,8 +287,10 @@ _tag_numbers = itertools.count()
 @contextlib.contextmanager
 def spark_job_tag(spark: SparkSession, context: OperatorContext, what: str) -> Iterator[None]:
     """Tags the Spark jobs the calling thread starts inside the block, and cancels them
-    (interrupting their threads) as soon as `context.is_cancelled()` turns true. The
-    watcher is a daemon thread polling every 0.2 s; it ends with the block."""
+    (interrupting their threads) as soon as `context.is_cancelled()` turns true, and
+    again at each look after that: a job still being planned at the first cancel starts
+    later and is cancelled then. The watcher is a daemon thread looking every 0.2 s; it
+    ends with the block."""
     sc = spark.sparkContext
     tag = f"flinkyarn-{os.getpid()}-{next(_tag_numbers)}"
     done = threading.Event()
@@ -297,7 +299,6 @@ def spark_job_tag(spark: SparkSession, context: OperatorContext, what: str) -> I
         while not done.wait(0.2):
             if context.is_cancelled():
                 sc.cancelJobsWithTag(tag)
-                return
 
     sc.addJobTag(tag)
     sc.setInterruptOnCancel(True)

@@ -224,15 +224,23 @@ def test_errors_of_the_function_and_of_spark_propagate(provider, tmp_path):
         run_stage(SparkStage(lambda df: df.count(), name="spark(counting)"), context, ORDERS.to_batches())
 
 
-def test_cancelling_the_task_cancels_its_spark_job(provider, tmp_path):
+@pytest.mark.parametrize("when", ["while its job runs", "before its job starts"])
+def test_cancelling_the_task_cancels_its_spark_job(provider, tmp_path, when):
+    """Before its job starts: the stage's function sees the task cancelled, and the
+    watcher's first look after that finds no job to cancel (as when a loaded machine is
+    still planning it); the job that starts later is cancelled all the same. It would
+    run for hours: pytest's timeout ends the test if it is not cancelled."""
     context = Context(provider, str(tmp_path))
-    endless = SparkStage(lambda df: df.sparkSession.range(0, 10**12, numPartitions=4)
-                         .selectExpr("sum(id % 7) AS s"))
-    threading.Timer(2.0, context.cancelled.set).start()
-    started = time.monotonic()
+
+    def endless(df):
+        if when == "before its job starts":
+            context.cancelled.set()
+            time.sleep(0.5)  # the watcher looks every 0.2 s
+        return df.sparkSession.range(0, 10**13, numPartitions=4).selectExpr("sum(id % 7) AS s")
+    if when == "while its job runs":
+        threading.Timer(2.0, context.cancelled.set).start()
     with pytest.raises(Exception, match="(?i)cancel"):
-        run_stage(endless, context, ORDERS.to_batches())
-    assert time.monotonic() - started < 30
+        run_stage(SparkStage(endless), context, ORDERS.to_batches())
     assert provider.get().range(3).count() == 3  # the session is fine
 
 
