@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 MIB = 1 << 20
 FLUSH_INTERVAL = 0.2
 MAX_REPORT_CHARS = 512 * 1024
-TERMINAL = ("FINISHED", "FAILED", "KILLED")
+TERMINAL = hadoop.APPLICATION_ENDED  # a YARN application's
 
 
 class PySparkScriptFailed(RuntimeError):

@@ -41,7 +41,7 @@ from yarn_client.rest_client import RestClient, RestError
 APPLICATION_TYPE = "flinkyarn"
 REST_ADDRESS_KEY = "flinkyarn.rest_address"
 DASHBOARD_KEY = "flinkyarn.dashboard_url"
-TERMINAL = ("FINISHED", "FAILED", "KILLED")
+TERMINAL = hadoop.APPLICATION_ENDED  # a YARN application's
 HOME = kerberos.client_home()
 
 

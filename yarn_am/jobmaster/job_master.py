@@ -203,8 +203,7 @@ class JobMaster(RpcEndpoint):
             self.resource_id, timeout, self._clock, on_timeout=self._resource_manager_timed_out)
         self.start_time = time.time()
         self.end_time: float | None = None
-        self._terminating = False
-        self._terminated = asyncio.Event()  # set with _terminating
+        self._terminated = asyncio.Event()  # the job reached its end (_terminate)
         self._stopping_after_savepoint = False  # no more checkpoints or savepoints
         # Commands of the Scheduler and the SlotPool not yet carried out, innermost last
         # (_carry_out): one's commands feed the other, and a chain as long as the pending
@@ -878,8 +877,11 @@ class JobMaster(RpcEndpoint):
 
     # -------------------------------------------------------------- termination
 
+    @property
+    def _terminating(self) -> bool:
+        return self._terminated.is_set()
+
     def _terminate(self, status: JobStatus, cause: str | None) -> None:
-        self._terminating = True
         self._terminated.set()
         self.end_time = time.time()
         log.info("job %s %s%s", self.job_id, status.value, f": {cause}" if cause else "")
