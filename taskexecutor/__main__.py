@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from flinkyarn import options, prometheus
+from flinkyarn import lifeline, options, prometheus
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-D", dest="properties", action="append", default=[])
     parser.add_argument("--die-with-parent", type=int, metavar="PID",
                         help="exit when process PID (the one starting us) dies")
+    parser.add_argument("--die-with-container", action="store_true",
+                        help="exit when the container's launch processes end (on YARN)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s {args.resource_id} %(name)s: %(message)s")
@@ -144,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     if args.die_with_parent is not None:
-        die_with_parent(args.die_with_parent)
+        lifeline.die_with_parent(args.die_with_parent, "the AppMaster that started it")
+    if args.die_with_container:
+        lifeline.die_with(lifeline.ancestors(), "a launch process of this TaskExecutor's container")
     try:
         with process_scratch(conf, f"flinkyarn-{args.resource_id}-") as scratch:
             if asyncio.run(serve(args, conf, scratch)) is not None:
@@ -156,17 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", timeouts.exceptions[0])
         return 1
     return 0
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Linux: get SIGKILL when the process that started us dies, even by SIGKILL. Set
-    here, not in a preexec_fn: forking a process that runs gRPC must not run Python."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before we asked
-        os._exit(1)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ import os
 import runpy
 import select
 import shlex
-import signal
 import sys
 import threading
+
+from flinkyarn import lifeline  # the standard library's only
 
 SCRIPT_STARTS = "\x1eflinkyarn: the script starts\n"
 # Spark's YARN AM asks the driver to put this filter on its web UI while the driver
@@ -39,17 +40,6 @@ UI_FILTER_RACE = "No filter named org.apache.spark.deploy.yarn.AmIpFilter"
 UI_HANDLERS_RACE = "java.util.ConcurrentModificationException"
 # ExecutorAllocationManager.onSchedulerQueueEmpty, as Scala names it in the bytecode.
 QUEUE_EMPTY = "org$apache$spark$ExecutorAllocationManager$$onSchedulerQueueEmpty"
-
-
-def die_with_parent(parent_pid: int) -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the TaskExecutor kills us on its way out
-        return
-    if os.getppid() != parent_pid:  # the parent died before we asked
-        os._exit(1)
 
 
 def run_script(script: str, args: list[str]) -> None:
@@ -208,7 +198,7 @@ def warm() -> None:
 
 def main() -> None:
     parent, script, *args = sys.argv[1:]
-    die_with_parent(int(parent))
+    lifeline.die_with_parent(int(parent), "the TaskExecutor that started this driver")
     stop_without_waiting()
     if script == "--warm":
         warm()

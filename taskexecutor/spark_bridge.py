@@ -40,6 +40,7 @@ taskexecutor/pyspark_driver.py.)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -50,7 +51,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
@@ -118,11 +119,20 @@ class SparkMemoryBudget:
 
 class SparkSessionProvider:
     """Starts the TaskExecutor's SparkSession on the first `get()` and hands out the same
-    session until `stop()`.
+    session until `stop()`, or until its JVM dies.
+
+    The JVM is watched (a thread waits for it, so it is reaped at once): when it dies (the
+    OOM killer, an operator's kill), the next `get()` starts a new JVM and session
+    instead of handing out one whose every call is refused. If that start fails,
+    `on_fatal(cause)` is called (the TaskExecutor ends itself, as Flink's TaskManager does
+    on a component it cannot recover, and YARN gives a fresh container) and `get()`
+    raises. Spark's Python daemon is Spark's own to watch: Spark starts a new one when it
+    cannot connect to it.
 
     Threading: `get()` may be called from any thread, also from several task threads at
     once; exactly one session is started, the others wait for it. `stop()` may be called
-    from any thread; a later `get()` starts a new session.
+    from any thread; a later `get()` starts a new session. `on_fatal` is called on the
+    thread of the `get()` that failed.
     """
 
     def __init__(self, cores: float, memory_bytes: int, slots: int, tmp_dir: str | os.PathLike,
@@ -144,6 +154,9 @@ class SparkSessionProvider:
         self.class_path = list(class_path)
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
+        # Why the session's JVM is gone (None while it runs, or before it started).
+        self._jvm_lost: str | None = None
+        self.on_fatal: Callable[[str], object] | None = None
 
     @classmethod
     def from_configuration(cls, conf: Configuration, scratch: ProcessScratch) -> SparkSessionProvider:
@@ -217,17 +230,36 @@ class SparkSessionProvider:
 
     def get(self) -> SparkSession:
         """The session, started on the first call (~5-10 s). The JVM is launched once per
-        process: after `stop()`, a new session runs in the same JVM, with its heap."""
+        process: after `stop()`, a new session runs in the same JVM, with its heap; after
+        the JVM died, a new JVM starts (see the class)."""
         session = self._session
-        if session is not None:
+        if session is not None and self._jvm_lost is None:
             return session
         with self._lock:
+            lost = self._jvm_lost
+            if lost is not None:
+                log.warning("%s: a new Spark JVM and session start", lost)
+                _forget_dead_gateway(self._session)
+                self._session, self._jvm_lost = None, None
             if self._session is None:
-                self._session = self._start()
+                try:
+                    self._session = self._start()
+                except Exception as error:
+                    if lost is not None and self.on_fatal is not None:
+                        self.on_fatal(f"Spark could not start again after its JVM was "
+                                      f"lost ({lost}): {type(error).__name__}: {error}")
+                    raise
             return self._session
 
     def started(self) -> bool:
         return self._session is not None
+
+    def jvm_pid(self) -> int | None:
+        """The pid of the running session's JVM (None before it starts, or if pyspark's
+        JVM was not started by this provider)."""
+        session = self._session
+        process = getattr(session.sparkContext._gateway, "proc", None) if session else None
+        return process.pid if process is not None else None
 
     def start_in_background(self) -> None:
         """Starts the session on a daemon thread, for the first `get()` to find it up (or
@@ -259,7 +291,10 @@ class SparkSessionProvider:
         """Stops the session and its JVM's SparkContext, if started. Idempotent."""
         with self._lock:
             session, self._session = self._session, None
-        if session is not None:
+            lost, self._jvm_lost = self._jvm_lost, None
+        if lost is not None:
+            _forget_dead_gateway(session)
+        elif session is not None:
             session.stop()
 
     def _start(self) -> SparkSession:
@@ -288,9 +323,52 @@ class SparkSessionProvider:
             REAPER.watch_process(jvm.pid)
             if archive and self.class_data is not None:
                 self.class_data.log_mapping(jvm.pid)
+            threading.Thread(target=self._watch_jvm, args=(jvm, session), daemon=True,
+                             name=f"Spark JVM {jvm.pid}").start()
         session.sparkContext.setLogLevel("WARN")
         make_active(session)
         return session
+
+
+    def _watch_jvm(self, jvm: subprocess.Popen, session: SparkSession) -> None:
+        """Reaps the session's JVM when it exits; unless the session was stopped first,
+        the next `get()` starts another. The loss is recorded before the JVM is reaped:
+        once its pid is gone, `get()` knows."""
+        try:
+            ended = os.waitid(os.P_PID, jvm.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:  # reaped by someone else meanwhile
+            ended = None
+        if self._session is session:
+            how = ("ended" if ended is None else
+                   f"exited with code {ended.si_status}" if ended.si_code == os.CLD_EXITED
+                   else f"killed by signal {ended.si_status}")
+            self._jvm_lost = f"the Spark JVM (pid {jvm.pid}) {how}"
+            log.warning("%s; Spark stages run on a new one", self._jvm_lost)
+        jvm.wait()
+
+
+def _forget_dead_gateway(session: SparkSession | None) -> None:
+    """Makes pyspark launch a new JVM for the next session: pyspark keeps its gateway to
+    the JVM it launched for the whole process and offers no public call to drop it. The
+    private attributes reset here are pyspark's of 4.0 to 4.3 (setup.cfg's range;
+    tests/local/test_spark_bridge.py kills the JVM and checks a new session runs)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession, SQLContext
+
+    if session is not None:
+        with contextlib.suppress(Exception):  # the JVM is gone: its half fails
+            session.sparkContext.stop()
+    gateway = SparkContext._gateway
+    with SparkContext._lock:
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.close()
 
 
 class GatewayPopen(subprocess.Popen):

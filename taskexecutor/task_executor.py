@@ -3,7 +3,8 @@ ResourceManager and the JobMasters of the jobs it holds slots for.
 
 Flow (seed article, "Resource Management and Job Dispatching"):
   1. register at the ResourceManager with a slot report, retrying with growing attempt
-     timeouts; exit if not registered within taskmanager.registration.timeout;
+     timeouts; exit if not registered within taskmanager.registration.timeout, or at
+     once if the ResourceManager rejects it (its container has ended);
   2. the ResourceManager gives a slot to a job (`allocate_slot`); if this TaskExecutor
      has no connection to that job's JobMaster yet, it registers there first, then offers
      the job's allocated slots; accepted slots become ACTIVE, rejected ones are freed;
@@ -58,7 +59,7 @@ from flinkyarn import registration as registration_retry
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
-from flinkyarn.rpc.errors import NotFound, RpcError
+from flinkyarn.rpc.errors import NotFound, Rejected, RpcError
 from flinkyarn.rpc.service import RpcService, with_timeout
 from flinkyarn.slots import SlotReport
 from taskexecutor.environment import TaskEnvironment
@@ -188,8 +189,12 @@ class TaskExecutor(RpcEndpoint):
 
     async def on_start(self) -> None:
         if self.environment is not None:
+            loop = asyncio.get_running_loop()
             self.environment.application_tokens = functools.partial(
-                self._application_tokens, asyncio.get_running_loop())
+                self._application_tokens, loop)
+            # Spark that cannot start again after its JVM died: this process is unfit.
+            self.environment.spark.on_fatal = \
+                lambda cause: loop.call_soon_threadsafe(self.fail_fatally, cause)
             if self.environment.warm_drivers is not None:
                 self.environment.warm_drivers.free_slots = self.slot_table.free_count
         self.spawn(self._register_at_resource_manager(), "registration")
@@ -233,8 +238,13 @@ class TaskExecutor(RpcEndpoint):
             await retry.retry_async(
                 register, retry_on=RpcError, pauses=attempts.pause_after,
                 deadline=retry.Deadline(policy.timeout, self._clock), on_retry=retrying,
-                sleep=self._clock.sleep)
+                give_up=lambda error: isinstance(error, Rejected), sleep=self._clock.sleep)
         except retry.GaveUp as gave_up:
+            if isinstance(gave_up.last_error, Rejected):
+                # Flink's registration rejection: a fatal error, the process exits.
+                self.fail_fatally(f"the ResourceManager rejected its registration: "
+                                  f"{gave_up.last_error}")
+                return
             raise RegistrationTimeout(
                 f"TaskExecutor {self.resource_id} could not register at the "
                 f"ResourceManager within {policy.timeout:g} s "

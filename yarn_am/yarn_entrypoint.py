@@ -38,7 +38,7 @@ from typing import Any, Callable, Coroutine
 import msgspec
 import skein
 
-from flinkyarn import hadoop, options
+from flinkyarn import hadoop, lifeline, options
 from flinkyarn.archive import (FINAL_TRACKING_URL_FILE, ArchivedApplication, JobArchive,
                                history_page)
 from flinkyarn.configuration import Configuration, parse_dynamic_properties
@@ -299,9 +299,16 @@ def main(argv: list[str] | None = None) -> int:
                                           "(jobmanager.archive.fs.dir)")
     parser.add_argument("--job-store", help="this application's folder of the job store "
                                             "(high-availability.storageDir)")
+    parser.add_argument("--die-with-container", action="store_true",
+                        help="exit when skein's ApplicationMaster or the container's launch "
+                             "processes end")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s appmaster %(name)s: %(message)s")
+    if args.die_with_container:
+        # Its parent is skein's JVM, which may start it from a thread that ends first.
+        lifeline.die_with(lifeline.ancestors(), "skein's ApplicationMaster or a launch "
+                          "process of the AppMaster's container", parent_death_signal=False)
     app = skein.ApplicationClient.from_current()
     outcome = Outcome(diagnostics="session stopped" if args.mode == "session" else "")
     attempt, attempts, history_server = attempt_of(), 1, ""

@@ -368,7 +368,7 @@ class YarnClusterDescriptor:
                 resources=skein.Resources(memory=am_memory, vcores=1),
                 files=master_files, env={**environment, **heartbeat},
                 script=shipping.launch_script(shipment.runtime_python, python_path, versions, (
-                    f"-m yarn_am.yarn_entrypoint --mode {mode} {job}{cleanup}"
+                    f"-m yarn_am.yarn_entrypoint --mode {mode} --die-with-container {job}{cleanup}"
                     f"--security-dir . -D jobmanager.rpc.address=$NM_HOST "
                     f"-D rest.address=$NM_HOST {am_properties}"))),
             services={"taskexecutor": skein.Service(
@@ -381,7 +381,7 @@ class YarnClusterDescriptor:
                 resources=skein.Resources(memory=te_memory, vcores=te_vcores),
                 files=files, env={**environment, "FLINKYARN_RESOURCE_ID": "taskexecutor-0"},
                 script=shipping.launch_script(shipment.python, python_path, versions, (
-                    f"-m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID "
+                    f"-m taskexecutor --resource-id $FLINKYARN_RESOURCE_ID --die-with-container "
                     f"--resource-manager skein-kv:flinkyarn.rpc_address "
                     f"--security-dir . -D taskmanager.host=$NM_HOST {properties}")))})
 

@@ -106,7 +106,9 @@ class ApplicationTokens(msgspec.Struct, frozen=True):
     "request_application_tokens"}))
 class ResourceManagerGateway(Protocol):
     async def register_task_executor(self, request: RegisterTaskExecutor) -> TaskExecutorRegistration:
-        """Registers (or re-registers) a TaskExecutor; its previous slots are dropped first."""
+        """Registers (or re-registers) a TaskExecutor; its previous slots are dropped first.
+        Rejected (for good: it exits) unless `worker_id` is its resource id and names a
+        worker this ResourceManager started that has not ended."""
         ...
 
     async def register_job_master(self, request: RegisterJobMaster) -> JobMasterRegistration:

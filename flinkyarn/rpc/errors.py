@@ -43,6 +43,12 @@ class NotFound(RpcError):
     """The call named something the endpoint does not have (a job, say); nothing changed."""
 
 
+class Rejected(RpcError):
+    """The endpoint refused the caller itself, for good (Flink's registration rejection:
+    a TaskExecutor whose worker the ResourceManager did not start, or whose container
+    has ended); the caller must not try again. A TaskExecutor exits."""
+
+
 class Unreachable(RpcError):
     """The server could not be reached (down, frozen, wrong address, or TLS refused)."""
 
@@ -65,6 +71,7 @@ _BY_STATUS: dict[str, type[RpcError]] = {
     "PERMISSION_DENIED": Forbidden,
     "UNAVAILABLE": Unreachable,
     "DEADLINE_EXCEEDED": CallTimeout,
+    "ABORTED": Rejected,
 }
 
 _STATUS_OF: dict[type[RpcError], str] = {
@@ -74,6 +81,7 @@ _STATUS_OF: dict[type[RpcError], str] = {
     UnknownEndpoint: "UNIMPLEMENTED",
     NotFound: "NOT_FOUND",
     Forbidden: "PERMISSION_DENIED",
+    Rejected: "ABORTED",
 }
 
 

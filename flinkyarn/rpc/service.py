@@ -26,7 +26,8 @@ import grpc.aio
 from flinkyarn.rpc import codec
 from flinkyarn.gateways import may_call
 from flinkyarn.rpc.errors import (Forbidden, InvalidRequest, MalformedMessage, NotFound,
-                                  RpcError, StaleCall, UnknownEndpoint, from_grpc, status_of)
+                                  Rejected, RpcError, StaleCall, UnknownEndpoint, from_grpc,
+                                  status_of)
 from flinkyarn.rpc.security import TASKEXECUTOR_NAME, ClusterSecurity, role_of
 
 log = logging.getLogger(__name__)
@@ -133,10 +134,10 @@ def answer_to_error(error: Exception, endpoint_name: str,
                     method_name: str) -> tuple[grpc.StatusCode, str]:
     """The status and details a call to `endpoint_name.method_name` that raised `error` is
     answered with (the caller gets `errors.from_status` of them), logged once: a refusal
-    (the caller's mistake: malformed, invalid, stale, unknown, forbidden) as one line, the
-    endpoint's own failure with its traceback."""
+    (the caller's mistake: malformed, invalid, stale, unknown, forbidden, rejected) as
+    one line, the endpoint's own failure with its traceback."""
     if isinstance(error, (MalformedMessage, InvalidRequest, StaleCall, UnknownEndpoint,
-                          NotFound, Forbidden)):
+                          NotFound, Forbidden, Rejected)):
         log.info("refused %s.%s: %s", endpoint_name, method_name, error)
         return status_of(error), str(error)
     if not isinstance(error, RpcError):

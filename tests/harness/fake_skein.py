@@ -125,13 +125,16 @@ class FakeSkeinApp:
         container.yarn_container_id = f"container_1700000000000_0001_01_{next(self._yarn_ids):06d}"
         self.on_running(container)
 
-    def end(self, container: FakeContainer, state: str, exit_message: str = "") -> None:
-        """The container ended (its process exited, YARN or an admin killed it)."""
+    def end(self, container: FakeContainer, state: str, exit_message: str = "",
+            orphaned: bool = False) -> None:
+        """The container ended (its process exited, YARN or an admin killed it).
+        `orphaned`: its launch script was killed and its TaskExecutor runs on, outside
+        the container (as one without a lifeline would: flinkyarn/lifeline.py)."""
         assert state in ENDED, state
         ran = container.state == "RUNNING"
         container.state = state
         container.exit_message = exit_message
-        if ran:
+        if ran and not orphaned:
             self.on_ended(container)
 
     def container_of(self, worker_id: str) -> FakeContainer:

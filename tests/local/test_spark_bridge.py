@@ -6,6 +6,8 @@ if there is none, as a TaskExecutor's trainer makes it: taskexecutor/spark_cds.p
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -297,3 +299,79 @@ def test_in_a_stream_empty_intervals_run_nothing_and_the_end_runs_the_rest(provi
     assert pa.Table.from_batches(list(stage.finish())).to_pylist() == [
         {"k": 1, "n": 5}, {"k": 1, "n": 7}]
     stage.close()
+
+
+# --- a Spark that dies under the TaskExecutor --------------------------------------------
+
+
+def python_doubling(df):
+    """A stage whose rows go through Spark's Python workers (forked by Spark's daemon)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType
+
+    double = F.udf(lambda amount: amount * 2, DoubleType())
+    return df.select(double("amount").alias("doubled")).orderBy("doubled")
+
+
+DOUBLED = sorted(amount * 2 for amount in ORDERS.column("amount").to_pylist())
+
+
+def doubled(provider, tmp_path, name: str) -> list[float]:
+    batches = run_stage(SparkStage(python_doubling), Context(provider, str(tmp_path / name)),
+                        ORDERS.to_batches())
+    return pa.Table.from_batches(batches).column("doubled").to_pylist()
+
+
+def wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_killed_spark_jvm_is_reaped_and_the_next_stage_runs_on_a_new_one(provider, tmp_path):
+    """Issue 41: a TaskExecutor whose Spark JVM was killed failed every Spark stage with
+    'Connection refused', and the JVM stayed a zombie."""
+    assert doubled(provider, tmp_path, "before") == DOUBLED
+    old = provider.jvm_pid()
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{old}").exists(), "the killed JVM to be reaped")
+    assert doubled(provider, tmp_path, "after") == DOUBLED
+    assert provider.jvm_pid() not in (None, old)
+
+
+def test_a_killed_spark_python_daemon_is_spark_s_to_start_again(provider, tmp_path):
+    assert doubled(provider, tmp_path, "before") == DOUBLED
+    jvm = provider.jvm_pid()
+    children = [int(pid) for thread in Path(f"/proc/{jvm}/task").iterdir()
+                for pid in (thread / "children").read_text().split()]
+    daemons = [pid for pid in children
+               if b"spark_daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert daemons, "the stage's UDF runs in a worker of Spark's Python daemon"
+    for daemon in daemons:
+        os.kill(daemon, signal.SIGKILL)
+    assert doubled(provider, tmp_path, "after") == DOUBLED
+    assert provider.jvm_pid() == jvm
+
+
+def test_a_spark_that_cannot_start_again_is_fatal_for_its_task_executor(provider, tmp_path):
+    provider.get()
+    fatal: list[str] = []
+    provider.on_fatal = fatal.append
+    old = provider.jvm_pid()
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{old}").exists(), "the killed JVM to be reaped")
+    # Spark refuses to launch a driver JVM with -Xmx among its java options
+    provider.java_options.append("-Xmx64m")
+    try:
+        with pytest.raises(Exception, match="JAVA_GATEWAY_EXITED|Java gateway"):
+            provider.get()
+    finally:
+        provider.java_options.pop()
+        provider.on_fatal = None
+    [cause] = fatal
+    assert cause.startswith(f"Spark could not start again after its JVM was lost (the Spark "
+                            f"JVM (pid {old}) killed by signal 9)"), cause
+    assert doubled(provider, tmp_path, "later") == DOUBLED  # a start that can, starts

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 
+import msgspec
 import pytest
 
 from flinkyarn.clock import ManualClock
@@ -30,7 +31,7 @@ from flinkyarn.ids import (AllocationID, InstanceID, JobID, JobMasterId, Resourc
 from flinkyarn.jobgraph import JobGraph, JobVertex
 from flinkyarn.options import HeartbeatConfig, RegistrationConfig, RestartStrategyConfig
 from flinkyarn.resources import ResourceProfile
-from flinkyarn.rpc.errors import StaleCall
+from flinkyarn.rpc.errors import Rejected, StaleCall
 from flinkyarn.slots import SlotReport, SlotStatus
 from taskexecutor.task_executor import TaskExecutor, TaskExecutorConfig
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig
@@ -198,7 +199,8 @@ def run(scenario) -> None:
 # ------------------------------------------------------------------ ResourceManager
 
 
-def resource_manager(workers: list[str] = ()) -> tuple[ResourceManager, FakeTaskExecutor, FakeJobMaster]:
+def resource_manager(workers: list[str] = (TE,)) -> tuple[ResourceManager, FakeTaskExecutor, FakeJobMaster]:
+    """A ResourceManager whose driver started `workers` (TE's, by default)."""
     te, jm = FakeTaskExecutor(), FakeJobMaster()
     config = ResourceManagerConfig(WorkerSpec(2, PROFILE), QUIET, taskmanager_timeout=3600.0,
                                    slot_request_timeout=3600.0, max_workers=4)
@@ -245,6 +247,42 @@ def test_a_task_executors_current_disconnect_closes_its_registration_at_the_reso
             with pytest.raises(StaleCall):
                 await rm.disconnect_task_executor(DisconnectTaskExecutor(
                     registration.resource_manager_id, registration.instance_id, TE, "again"))
+    run(scenario)
+
+
+def test_only_a_running_worker_of_the_resource_managers_own_registers():
+    """Flink's registration rejection: a TaskExecutor no running worker stands for (its
+    container ended, or the driver never started it) is refused for good, and nothing
+    of it is registered; one naming another worker than itself too."""
+    async def scenario():
+        rm, _te, _jm = resource_manager(workers=[TE])
+        async with running(rm):
+            stranger = ResourceID("te-stranger")
+            for refused in (registration_of(stranger),
+                            msgspec.structs.replace(registration_of(stranger), worker_id=TE)):
+                with pytest.raises(Rejected, match="not a running worker"):
+                    await rm.register_task_executor(refused)
+            assert rm.task_executors == {} and rm.slot_manager.slots_of(stranger) == []
+            await rm.register_task_executor(registration_of())
+            assert list(rm.task_executors) == [TE]
+    run(scenario)
+
+
+def test_a_worker_that_ended_registered_is_asked_to_reconnect_and_rejected_when_it_does():
+    """A TaskExecutor that outlives its container (its launch script killed): the
+    ResourceManager drops it and asks it to reconnect, so that it learns at once, from
+    the rejection of its new registration, that it must exit."""
+    async def scenario():
+        rm, te, _jm = resource_manager(workers=[TE])
+        async with running(rm):
+            await rm.register_task_executor(registration_of())
+            rm.on_worker_terminated(TE, "container FAILED: exit code 137")
+            await until(lambda: te.of(DisconnectResourceManager), "the TaskExecutor asked")
+            [asked] = te.of(DisconnectResourceManager)
+            assert asked.resource_manager_id == rm.resource_manager_id
+            with pytest.raises(Rejected):
+                await rm.register_task_executor(registration_of())
+            assert rm.task_executors == {} and rm.slot_manager.slots_of(TE) == []
     run(scenario)
 
 

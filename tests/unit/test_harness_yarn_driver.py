@@ -214,3 +214,34 @@ async def test_a_task_executor_container_that_yarn_ends_is_dropped_at_the_next_p
         f"TaskExecutor {worker} container {container.yarn_container_id} KILLED: Container "
         f"preempted by the scheduler")
     assert all(task.lost for task in cluster.tasks.all)  # they died with their process
+
+
+@gen_cluster(yarn=FakeSkeinApp)
+async def test_a_task_executor_that_outlives_its_container_is_rejected_and_exits(
+        cluster: Cluster) -> None:
+    """The chaos run of issue 41: the container's launch script killed, YARN reports the
+    container FAILED, its TaskExecutor lives on. The ResourceManager drops it and asks
+    it to reconnect; its new registration names a worker whose container has ended, is
+    rejected, and the TaskExecutor ends itself instead of offering slots again."""
+    app, rm = cluster.yarn, cluster.resource_manager
+    assert app is not None
+    await cluster.submit(job_graph("job", ("work", 2)))
+    [request] = app.requests
+    worker = ResourceID(request.env[RESOURCE_ID_VARIABLE])
+    app.run(app.container_of(worker))
+    await cluster.settle()
+    orphan = cluster.task_executors[worker]
+    assert len(cluster.network.calls_to("register_task_executor")) == 1
+
+    app.end(app.container_of(worker), "FAILED", "Container exited with exit code 137",
+            orphaned=True)
+    await cluster.advance(1.0)  # the driver's poll
+    assert worker not in rm.task_executors and worker not in rm.workers
+    assert len(cluster.network.calls_to("register_task_executor")) == 2
+    assert orphan.exit == "process exited with code 3"  # its fatal error
+    fatal = orphan.endpoint.fatal_error if orphan.endpoint else None
+    assert fatal is not None and "rejected its registration" in fatal, fatal
+    assert rm.slot_manager.slots_of(worker) == []
+    await cluster.advance(60.0)  # nothing of it comes back
+    assert worker not in rm.task_executors
+    assert len(cluster.network.calls_to("register_task_executor")) == 2

@@ -43,7 +43,7 @@ from flinkyarn.ids import InstanceID, JobID, JobMasterId, ResourceID, ResourceMa
 from flinkyarn.options import HeartbeatConfig
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
-from flinkyarn.rpc.errors import RpcError
+from flinkyarn.rpc.errors import Rejected, RpcError
 from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
 from yarn_am.resourcemanager.driver import ResourceManagerDriver, WorkerLocation
@@ -225,7 +225,15 @@ class ResourceManager(RpcEndpoint):
     # ------------------------------------------------------------- TaskExecutors
 
     async def register_task_executor(self, request: RegisterTaskExecutor) -> TaskExecutorRegistration:
+        """Refused for good (Rejected: the TaskExecutor exits) unless it runs as a worker
+        the driver started for this ResourceManager and still runs as far as the
+        platform says: a TaskExecutor orphaned by its container's end, or one no worker
+        of this attempt stands for, gets no slot to offer."""
         resource_id = request.resource_id
+        if request.worker_id != resource_id or request.worker_id not in self.workers:
+            raise Rejected(f"TaskExecutor {resource_id} is not a running worker of "
+                           f"ResourceManager {self.resource_manager_id}: its container or "
+                           f"process has ended, or this ResourceManager did not start it")
         if resource_id in self.task_executors:
             log.info("TaskExecutor %s registers again; its old slots are dropped", resource_id)
         gateway: TaskExecutorGateway = self.rpc.connect(request.address, "taskexecutor",
@@ -332,8 +340,10 @@ class ResourceManager(RpcEndpoint):
             return
         log.warning("worker %s terminated: %s", worker_id, cause)
         if worker_id in self.task_executors:
+            # Asked to reconnect, a TaskExecutor that outlived its container (orphaned by
+            # its launch script's end) registers again at once, is rejected and exits.
             self._close_task_executor_connection(ResourceID(worker_id), f"worker {cause}",
-                                                 reconnect=False)
+                                                 reconnect=True)
         elif not registered:
             self._execute(self.slot_manager.worker_failed_to_start(
                 f"worker {worker_id} {cause} before registering", self._clock.monotonic()))

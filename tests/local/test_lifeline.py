@@ -1,0 +1,84 @@
+"""flinkyarn/lifeline.py with real processes in the shape of a YARN container: a
+NodeManager's launcher (`default_container_executor.sh`, in the NodeManager's session)
+starts the launch script in a session of its own, which runs our process. Whichever of
+the two is killed, our process ends with it: none runs on outside its container."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flinkyarn import lifeline
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Our process: watches its container's ancestors, says who it watches, then waits.
+OURS = """
+import json, sys, time
+from flinkyarn import lifeline
+watched = lifeline.ancestors()
+lifeline.die_with(watched, "a launch process")
+open(sys.argv[1], "w").write(json.dumps([pid for pid, _ in watched]))
+time.sleep(600)
+"""
+
+
+def gone(pid: int) -> bool:
+    return lifeline.identity(pid) is None
+
+
+def wait_until(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def container(tmp_path: Path) -> tuple[subprocess.Popen, int, int, int]:
+    """(launcher, its pid, the launch script's pid, our process's pid); `; :` keeps each
+    shell from exec'ing its command, as YARN's scripts do not."""
+    said, code = tmp_path / "watched.json", tmp_path / "ours.py"
+    code.write_text(OURS)
+    ours = shlex.join([sys.executable, str(code), str(said)])
+    script = f"setsid bash -c {shlex.quote(ours + '; :')} & wait; :"
+    launcher = subprocess.Popen(["bash", "-c", script], cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wait_until(said.exists, "our process to start")
+    wait_until(lambda: said.read_text(), "our process to say what it watches")
+    session_leader, outer = json.loads(said.read_text())
+    children = Path(f"/proc/{session_leader}/task/{session_leader}/children").read_text().split()
+    [process] = map(int, children)
+    return launcher, outer, session_leader, process
+
+
+def test_the_container_s_ancestors_are_the_launch_script_and_the_launcher(tmp_path):
+    launcher, outer, session_leader, process = container(tmp_path)
+    try:
+        assert outer == launcher.pid
+        assert os.getsid(session_leader) == session_leader != os.getsid(outer)
+        assert os.getsid(process) == session_leader
+    finally:
+        for pid in (process, session_leader, outer):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        launcher.wait()
+
+
+@pytest.mark.parametrize("killed", ["the launch script (its parent)",
+                                    "the NodeManager's launcher"])
+def test_a_process_ends_when_a_launch_process_of_its_container_is_killed(tmp_path, killed):
+    launcher, outer, session_leader, process = container(tmp_path)
+    victim = session_leader if killed.startswith("the launch script") else outer
+    os.kill(victim, signal.SIGKILL)
+    launcher.wait()
+    wait_until(lambda: gone(process), "our process to end")
+
