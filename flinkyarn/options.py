@@ -304,6 +304,15 @@ TASK_CANCELLATION_TIMEOUT = option(
     "How long a cancelled task may take to stop (a PySpark driver: with its Spark application) before its TaskExecutor fails fatally and exits, freeing its slots; 0 waits for ever.")
 
 # Fault tolerance
+BLOCKLIST_ENABLED = option(
+    "cluster.resource-blocklist.enabled", BOOL, "true",
+    "Whether a job stops taking slots of a TaskExecutor its task failures keep coming from (Flink's blocklist): it is blocked for the job's new slots and its slots go back.")
+BLOCKLIST_TASK_FAILURES = option(
+    "cluster.resource-blocklist.task-failures", integer(1), "2",
+    "How many of a job's task failures (the task's own, not a lost input's) on one TaskExecutor block that TaskExecutor for the job; counted within cluster.resource-blocklist.item.timeout.")
+BLOCKLIST_ITEM_TIMEOUT = option(
+    "cluster.resource-blocklist.item.timeout", POSITIVE_DURATION, "10 min",
+    "How long a TaskExecutor stays blocked for a job, and how far back its task failures count.")
 FAILOVER_STRATEGY = option(
     "jobmanager.execution.failover-strategy", choice("full", "region", "restart-individual"), "region",
     "Which tasks restart after a failure: the whole job, the failed pipelined region, or only the failed task (jobs without data exchange).")

@@ -35,9 +35,9 @@ from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.failures import failure_cause
 from flinkyarn.gateways import ACK, Ack
-from flinkyarn.gateways.dispatcher import (ClusterOverview, DispatcherGateway, JobDetails,
-                                           JobList, JobOutputQuery, JobOutputView, JobOverview,
-                                           JobQuery, JobSubmitted, RestartView,
+from flinkyarn.gateways.dispatcher import (BlockedView, ClusterOverview, DispatcherGateway,
+                                           JobDetails, JobList, JobOutputQuery, JobOutputView,
+                                           JobOverview, JobQuery, JobSubmitted, RestartView,
                                            SavepointWritten, SlotView, SubmitJob,
                                            SubtaskView, TaskExecutorView, TokenStatus,
                                            TriggerSavepoint, VertexDetails, VertexInput)
@@ -420,7 +420,9 @@ class Dispatcher(RpcEndpoint):
                           spark_id, spark_url, record.output.tail(),
                           job_master.checkpoint_view(),
                           self._resource_manager.wait_reason(overview.job_id)
-                          if record.result is None else "")
+                          if record.result is None else "",
+                          [BlockedView(b.resource_id, b.until + offset, b.cause)
+                           for b in job_master.blocklist.blocked()])
 
     async def cluster_overview(self, request: Ack) -> ClusterOverview:
         rm = self._resource_manager

@@ -12,7 +12,7 @@ import msgspec
 from flinkyarn import options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.environment import JobResult
-from flinkyarn.gateways.dispatcher import JobDetails, RestartView
+from flinkyarn.gateways.dispatcher import BlockedView, JobDetails, RestartView
 from flinkyarn.jobgraph import JobGraph
 from yarn_client.local_cluster import LocalCluster
 from yarn_client.rest_client import RestClient
@@ -36,6 +36,13 @@ def describe_restart(restart: RestartView, limit: int | None) -> str:
     if not cause.startswith(restart.failed_task):
         cause = f"{restart.failed_task} failed: {cause}"
     return f"restart ({attempt}): {cause}; {len(restart.restarted)} task(s) restart"
+
+
+def describe_block(blocked: BlockedView) -> str:
+    """One line: which TaskExecutor the job blocked, for how long, and why."""
+    until = time.strftime("%H:%M:%S", time.localtime(blocked.until))
+    return (f"TaskExecutor {blocked.resource_id} blocked for this job until {until} "
+            f"(cluster.resource-blocklist.*): {blocked.cause}")
 
 
 class OutputPrinter:
@@ -72,6 +79,7 @@ def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float 
     and each restart, as it happens, and (with `output`) what its tasks print."""
     last, shown = "", 0  # the number of the last restart printed (the history is capped)
     spark, waiting = None, ""
+    blocked_shown: set[str] = set()
     start = time.monotonic()
 
     def observe() -> JobDetails | None:
@@ -89,6 +97,10 @@ def follow(rest: RestClient, job_id: str, out: TextIO = sys.stderr, poll: float 
                 print(f"{stamp} {describe_restart(restart, details.restart_limit)}", file=out,
                       flush=True)
                 shown = restart.number
+        for blocked in details.blocked:
+            if blocked.resource_id not in blocked_shown:
+                blocked_shown.add(blocked.resource_id)
+                print(f"{stamp} {describe_block(blocked)}", file=out, flush=True)
         if details.waiting != waiting:  # why its slots wait, once they have for a while
             waiting = details.waiting
             if waiting:

@@ -78,6 +78,15 @@ class RestartView(msgspec.Struct, frozen=True):
     restarted: list[str]  # task names, "NAME (i/n)"
 
 
+class BlockedView(msgspec.Struct, frozen=True):
+    """A TaskExecutor the job takes no new slots from (its blocklist), until when
+    (seconds since the epoch), and why."""
+
+    resource_id: str
+    until: float
+    cause: str
+
+
 class CheckpointView(msgspec.Struct, frozen=True):
     """A streaming job's checkpoints (Flink's checkpoint statistics): counts, the last
     completed one (its duration in s, size in bytes and the longest barrier alignment of
@@ -143,6 +152,7 @@ class JobDetails(msgspec.Struct, frozen=True):
     output_tail: str = ""                  # the last lines its tasks printed
     checkpoints: CheckpointView | None = None  # a job that takes checkpoints
     waiting: str = ""  # why its slot requests wait, once they have waited a few seconds
+    blocked: list[BlockedView] = []  # TaskExecutors the job takes no new slots from
 
 
 class OutputLine(msgspec.Struct, frozen=True):

@@ -54,6 +54,17 @@ class RequestSlot(msgspec.Struct, frozen=True):
     job_master_address: str
 
 
+class BlockTaskExecutors(msgspec.Struct, frozen=True):
+    """The job's blocklist grew (yarn_am/jobmaster/blocklist.py): give the job no slot
+    of these TaskExecutors for `duration` seconds."""
+
+    resource_manager_id: ResourceManagerId
+    job_master_id: JobMasterId
+    job_id: JobID
+    resource_ids: list[ResourceID]
+    duration: float
+
+
 class CancelSlotRequest(msgspec.Struct, frozen=True):
     resource_manager_id: ResourceManagerId
     allocation_id: AllocationID
@@ -127,6 +138,11 @@ class ResourceManagerGateway(Protocol):
         ...
 
     async def cancel_slot_request(self, request: CancelSlotRequest) -> Ack:
+        ...
+
+    async def block_task_executors(self, request: BlockTaskExecutors) -> Ack:
+        """Refused (StaleCall) unless from this ResourceManager's registered JobMaster of
+        the job; its blocks end with `duration` or when the JobMaster disconnects."""
         ...
 
     async def notify_slot_available(self, request: NotifySlotAvailable) -> Ack:

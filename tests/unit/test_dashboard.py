@@ -117,7 +117,7 @@ def test_api_overview_is_the_cluster_overview_with_each_jobs_details_newest_firs
                       "metrics": None, "inputs": []}],
         "restarts": 0, "root_cause": None, "restart_history": [], "restart_limit": None,
         "spark_application": None, "spark_tracking_url": None, "output_tail": "",
-        "checkpoints": None, "waiting": ""}
+        "checkpoints": None, "waiting": "", "blocked": []}
     assert overview["task_executors"] == [{"resource_id": "te-1", "address": "127.0.0.1:4242", "slots": [
         {"index": 0, "state": "allocated", "job_id": "j-run"},
         {"index": 1, "state": "free", "job_id": None}], "metrics_address": "", "container_id": "",
@@ -392,3 +392,18 @@ def test_a_waiting_job_says_why():
     html = page(FakeDispatcher([], [waiting]))
     assert ('<p class="waiting" id="waiting-j-w">waiting for 2 container(s) of 1024 MB: queue '
             '&#39;etl&#39; is at its limit (8192 of 8192 MB used)</p>') in html
+
+
+def test_a_job_says_which_task_executors_it_blocked_and_why():
+    import msgspec
+
+    from flinkyarn.gateways.dispatcher import BlockedView
+
+    blocked = msgspec.structs.replace(job("j-b", "blocks", "RUNNING"), blocked=[BlockedView(
+        "taskexecutor-5-ab", 1_700_000_600.0,
+        "2 task failures there within 600 s; the last: count words (1/2): OperatorError")])
+    html = page(FakeDispatcher([], [blocked]))
+    assert '<ul class="waiting" id="blocked-j-b">' in html
+    assert ("TaskExecutor <code>taskexecutor-5-ab</code> blocked for this job until "
+            in html)
+    assert "2 task failures there within 600 s; the last: count words (1/2): OperatorError" in html

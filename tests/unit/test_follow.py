@@ -68,3 +68,22 @@ def test_why_the_job_waits_is_printed_when_it_starts_and_when_it_changes():
     said = [line.split("] job jjjjjjjj ", 1)[1] for line in out.getvalue().splitlines()
             if "waiting for" in line]
     assert said == [full, busy]
+
+
+def test_a_blocked_task_executor_is_printed_once_with_why():
+    import msgspec
+
+    from flinkyarn.gateways.dispatcher import BlockedView
+
+    cause = "2 task failures there within 600 s; the last: sum (1/2): OSError: disk full"
+    block = BlockedView("taskexecutor-3-ab", 1_700_000_000.0, cause)
+    blocking = msgspec.structs.replace(details("RUNNING", []), blocked=[block])
+    out = io.StringIO()
+    follow(Replay(details("RUNNING", []), blocking, blocking,
+                  msgspec.structs.replace(details("FINISHED", []), blocked=[block])),
+           "j" * 32, out, poll=0)
+    said = [line.split("] job jjjjjjjj ", 1)[1] for line in out.getvalue().splitlines()
+            if "blocked" in line]
+    assert len(said) == 1
+    assert said[0].startswith("TaskExecutor taskexecutor-3-ab blocked for this job until ")
+    assert said[0].endswith(f"(cluster.resource-blocklist.*): {cause}")

@@ -391,3 +391,24 @@ def test_a_job_of_1000_requests_on_500_free_task_executors_looks_at_one_each(mon
     assert len(looks) == 1000
     assert [(c.resource_id, c.slot_id.slot_number) for c in commands] == [
         (rid, number) for rid in rids for number in range(2)]
+
+
+def test_a_task_executor_a_job_blocked_serves_no_request_of_that_job_until_the_block_ends():
+    sm = manager()
+    sm.register_task_executor(TE1, report(TE1), now=0)
+    assert sm.block_task_executors(JOB, [TE1], until=100) == []
+    # The blocking job's request asks for a new worker; another job's takes TE1's slot.
+    assert sm.request_slot(request("a1"), now=1) == [RequestWorker(SPEC)]
+    assert sm.request_slot(request("b1", job=OTHER_JOB), now=2) == [
+        allocate(TE1, 0, "b1", job=OTHER_JOB)]
+    assert sm.check_timeouts(now=99) == []
+    # The block ends: the waiting request takes TE1's free slot.
+    assert sm.check_timeouts(now=100) == [allocate(TE1, 1, "a1")]
+
+
+def test_a_jobs_blocks_end_with_its_registration():
+    sm = manager()
+    sm.register_task_executor(TE1, report(TE1), now=0)
+    sm.block_task_executors(JOB, [TE1], until=100)
+    sm.unregister_job(JOB)
+    assert sm.request_slot(request("a2"), now=1) == [allocate(TE1, 0, "a2")]

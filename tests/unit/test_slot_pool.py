@@ -240,3 +240,30 @@ def test_the_indexes_agree_with_a_scan_over_random_inputs():
         assert not set(sp._assigned) & set(sp._requests)
         seen |= {name for name in ("_assigned", "_requests", "_idle") if getattr(sp, name)}
     assert seen == {"_assigned", "_requests", "_idle"}  # the walk reached every kind
+
+
+def test_a_blocked_task_executor_keeps_its_busy_slots_until_released_and_its_offers_are_refused():
+    sp = pool()
+    sp.register_task_executor(TE2)
+    busy, idle = served(sp, R1), served(sp, R2, index=1)
+    sp.release_slot(R2, now=2)
+    assert sp.block_task_executor(TE1, "2 task failures") == [
+        FreeSlot(TE1, idle.allocation_id, "TaskExecutor blocked: 2 task failures")]
+    assert sp.assigned_slots() == {R1: busy}  # its running task keeps it
+    assert sp.release_slot(R1, now=3) == [
+        FreeSlot(TE1, busy.allocation_id, "its TaskExecutor is blocked")]
+    assert sp.idle_slots() == [] and sp.assigned_slots() == {}
+
+    # An offer the ResourceManager made before it knew: refused, the request asked again.
+    [first] = asked(sp.request_slot(R3, UNKNOWN, now=4))
+    accepted, commands = sp.offer_slots(TE1, [offer(first)], now=5)
+    [again] = asked(commands)
+    assert accepted == [] and again != first
+    assert [r.allocation_id for r in sp.pending_requests()] == [again]
+    accepted, commands = sp.offer_slots(TE2, [offer(again)], now=6)
+    assert accepted == [offer(again)] and commands == [SlotAssigned(R3, PhysicalSlot(
+        AllocationID(again), TE2, 0, SLOT))]
+
+    assert sp.unblock_task_executor(TE1) == []
+    [aid] = asked(sp.request_slot(SlotRequestId("r4"), UNKNOWN, now=7))
+    assert sp.offer_slots(TE1, [offer(aid)], now=8)[0] == [offer(aid)]

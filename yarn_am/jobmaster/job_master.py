@@ -32,13 +32,15 @@ from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.dispatcher import CheckpointView
 from flinkyarn.gateways.job_master import (AcceptedSlots, AcknowledgeCheckpoint,
                                            DeclineCheckpoint, DisconnectTaskManager,
+                                           FailureKind, TaskState,
                                            JobMasterGateway, OfferSlots, PartitionLocation,
                                            PartitionLocationState, RegisterTaskManager,
                                            ReportTaskOutput, RequestPartitionLocation,
                                            SlotRequestFailed as SlotRequestFailedCall,
                                            TaskManagerRegistration, UpdateTaskExecutionState,
                                            job_master_endpoint)
-from flinkyarn.gateways.resource_manager import (CancelSlotRequest as CancelSlotRequestCall,
+from flinkyarn.gateways.resource_manager import (BlockTaskExecutors,
+                                                 CancelSlotRequest as CancelSlotRequestCall,
                                                  DisconnectJobMaster, RegisterJobMaster,
                                                  RequestSlot as RequestSlotCall,
                                                  ResourceManagerGateway)
@@ -56,6 +58,7 @@ from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import InvalidRequest, NotFound, RemoteError, RpcError, Unreachable
 from flinkyarn.rpc.service import RpcService, with_timeout
 from yarn_am.jobmaster import failover_strategy
+from yarn_am.jobmaster.blocklist import Blocklist, BlockedTaskExecutor, BlocklistConfig
 from yarn_am.jobmaster.checkpoint_coordinator import (Aborted, CheckpointCoordinator,
                                                        CompletedCheckpoint, NotTriggered,
                                                        Triggered)
@@ -98,6 +101,7 @@ class JobMasterConfig:
     restart_strategy: RestartStrategyConfig
     checkpoint: CheckpointConfig = CheckpointConfig()
     max_parallelism: int = -1  # pipeline.max-parallelism as set (-1: not)
+    blocklist: BlocklistConfig = BlocklistConfig()
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> "JobMasterConfig":
@@ -114,7 +118,8 @@ class JobMasterConfig:
                    conf.get(options.SLOT_IDLE_TIMEOUT), conf.get(options.SLOT_REQUEST_TIMEOUT),
                    conf.get(options.FAILOVER_STRATEGY),
                    RestartStrategyConfig.from_configuration(conf), checkpoint,
-                   conf.get(options.PIPELINE_MAX_PARALLELISM))
+                   conf.get(options.PIPELINE_MAX_PARALLELISM),
+                   BlocklistConfig.from_configuration(conf))
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,7 @@ class JobMaster(RpcEndpoint):
                                    restore_for=self._restore_for,
                                    max_parallelism=self.max_parallelism)
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
+        self.blocklist = Blocklist(config.blocklist)
         # A wide job's requests go out a few at a time, not as thousands of calls at once.
         self._slot_requests_in_flight = asyncio.Semaphore(SLOT_REQUESTS_IN_FLIGHT)
         # Slot requests still waiting for their turn, by allocation id: withdrawn before
@@ -244,7 +250,11 @@ class JobMaster(RpcEndpoint):
     def _housekeeping(self) -> None:
         self._tm_heartbeats.check_timeouts()
         self._rm_heartbeats.check_timeouts()
-        self._run_pool(self.slot_pool.check_timeouts(self._now()))
+        now = self._now()
+        for resource_id in self.blocklist.expire(now):
+            log.info("job %s: TaskExecutor %s is no longer blocked", self.job_id, resource_id)
+            self._run_pool(self.slot_pool.unblock_task_executor(resource_id))
+        self._run_pool(self.slot_pool.check_timeouts(now))
 
     def cancel(self) -> None:
         """The user cancels the job (called on the loop by the Dispatcher)."""
@@ -273,6 +283,8 @@ class JobMaster(RpcEndpoint):
         self.resource_manager_id = registration.resource_manager_id
         self._rm_resource_id = registration.resource_manager_resource_id
         self._rm_heartbeats.monitor_target(self._rm_resource_id)
+        for blocked in self.blocklist.blocked():  # a new ResourceManager knows none
+            self._tell_resource_manager_blocked(blocked)
         self._run_pool(self.slot_pool.connect_resource_manager(self._now()))
 
     def _resource_manager_timed_out(self, resource_id: ResourceID) -> None:
@@ -324,10 +336,37 @@ class JobMaster(RpcEndpoint):
         if request.metrics is not None:
             self.task_metrics[request.attempt_id] = request.metrics
             self._final_metrics.add(request.attempt_id)
+        if request.state is TaskState.FAILED and request.failure_kind is FailureKind.TASK:
+            self._count_task_failure(request.attempt_id, request.error or "")
         self._run_scheduler(self.scheduler.task_state_changed(
             request.attempt_id, ExecutionState(request.state.value), request.error, self._now(),
             failure_kind=request.failure_kind, lost_partitions=request.lost_partitions))
         return ACK
+
+    def _count_task_failure(self, attempt_id: ExecutionAttemptID, cause: str) -> None:
+        """A current attempt failed on its own: counted against its TaskExecutor, which
+        the job blocks once the blocklist says so."""
+        graph = self.scheduler.execution_graph
+        execution = graph.execution(attempt_id)
+        if execution is None or execution.slot is None or not graph.is_current(execution) \
+                or execution.state.is_terminal:
+            return
+        resource_id = execution.slot.resource_id
+        blocked = self.blocklist.task_failed(
+            resource_id, graph.vertex(execution.vertex_id).task_name, cause, self._now())
+        if blocked is None:
+            return
+        log.warning("job %s: TaskExecutor %s blocked for the job for %g s: %s", self.job_id,
+                    resource_id, blocked.until - blocked.since, blocked.cause)
+        self._run_pool(self.slot_pool.block_task_executor(resource_id, blocked.cause))
+        self._tell_resource_manager_blocked(blocked)
+
+    def _tell_resource_manager_blocked(self, blocked: BlockedTaskExecutor) -> None:
+        if self.resource_manager_id is None:
+            return  # told when it connects
+        self.spawn(self._quietly(self._rm.block_task_executors(BlockTaskExecutors(
+            self.resource_manager_id, self.job_master_id, self.job_id, [blocked.resource_id],
+            max(0.0, blocked.until - self._now())))), f"block-{blocked.resource_id}")
 
     def _task_manager_report(self, _resource_id: ResourceID, report: object) -> None:
         """A TaskExecutor's heartbeat answer: its tasks' metrics (of this job, keyed by

@@ -125,6 +125,11 @@ class SlotPool:
     An offered slot is held for good once accepted; the allocation id of a pending
     request is served by its offer, any other new slot first serves the oldest pending
     request it fits (whose own ResourceManager request is then cancelled), else idles.
+
+    A blocked TaskExecutor (the job's blocklist, yarn_am/jobmaster/blocklist.py) keeps
+    the slots assigned to running tasks until they are released; its idle slots, and
+    each one released from then on, are freed, and its offers are rejected (a pending
+    request an offer was for is sent again, with a fresh allocation id) until unblocked.
     """
 
     def __init__(self, job_id: JobID, idle_timeout: float, request_timeout: float) -> None:
@@ -134,6 +139,7 @@ class SlotPool:
         self._connected = False
         self._closed = False
         self._task_executors: set[ResourceID] = set()
+        self._blocked: set[ResourceID] = set()
         self._requests: dict[SlotRequestId, _Request] = {}  # pending, in arrival order
         self._slots: dict[AllocationID, _HeldSlot] = {}
         # Indexes, so that each of a job's n requests, offers and answers costs O(1) and
@@ -167,11 +173,8 @@ class SlotPool:
         with a fresh allocation id (what a previous leader was asked is void)."""
         self._connected = True
         out: list[Command] = []
-        for request in self._requests.values():
-            del self._request_of[request.allocation_id]
-            request.allocation_id = AllocationID(new_id())
-            self._request_of[request.allocation_id] = request.request_id
-            out.extend(self._send(request))
+        for request in list(self._requests.values()):
+            out.extend(self._resend(request))
         return out
 
     def disconnect_resource_manager(self, now: float) -> list[Command]:
@@ -198,6 +201,20 @@ class SlotPool:
                     out.append(SlotLost(held.request_id, aid, cause))
         return out
 
+    def block_task_executor(self, resource_id: ResourceID, cause: str) -> list[Command]:
+        """The job takes no new slot of the TaskExecutor: its idle slots are freed."""
+        self._blocked.add(resource_id)
+        out: list[Command] = []
+        for aid, held in list(self._idle.items()):
+            if held.slot.resource_id == resource_id:
+                self._drop_slot(aid)
+                out.append(FreeSlot(resource_id, aid, f"TaskExecutor blocked: {cause}"))
+        return out
+
+    def unblock_task_executor(self, resource_id: ResourceID) -> list[Command]:
+        self._blocked.discard(resource_id)
+        return []
+
     def offer_slots(self, resource_id: ResourceID, offers: list[SlotOffer],
                     now: float) -> tuple[list[SlotOffer], list[Command]]:
         """Returns the accepted offers (the TaskExecutor frees the others) and commands.
@@ -207,6 +224,12 @@ class SlotPool:
         accepted: list[SlotOffer] = []
         out: list[Command] = []
         if self._closed or resource_id not in self._task_executors:
+            return accepted, out
+        if resource_id in self._blocked:
+            for offer in offers:  # the ResourceManager allocated them before it knew
+                request_id = self._request_of.get(offer.allocation_id)
+                if request_id is not None:
+                    out.extend(self._resend(self._requests[request_id]))
             return accepted, out
         for offer in offers:
             held = self._slots.get(offer.allocation_id)
@@ -232,6 +255,9 @@ class SlotPool:
         if aid is None:
             return []
         held = self._slots[aid]
+        if held.slot.resource_id in self._blocked:
+            self._drop_slot(aid)
+            return [FreeSlot(held.slot.resource_id, aid, "its TaskExecutor is blocked")]
         self._set_idle(held, now)
         out: list[Command] = []
         self._serve_with(held.slot, None, out)
@@ -297,6 +323,14 @@ class SlotPool:
                 for r in self._requests.values()]
 
     # ---- decisions ----------------------------------------------------------------------
+
+    def _resend(self, request: _Request) -> list[Command]:
+        """Asks again for `request`, under a fresh allocation id: an answer to the old
+        one is then stale."""
+        del self._request_of[request.allocation_id]
+        request.allocation_id = AllocationID(new_id())
+        self._request_of[request.allocation_id] = request.request_id
+        return self._send(request)
 
     def _send(self, request: _Request) -> list[Command]:
         if not self._connected:

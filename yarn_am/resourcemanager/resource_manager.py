@@ -29,7 +29,8 @@ from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.job_master import (DisconnectTaskManager, JobMasterGateway,
                                            SlotRequestFailed, job_master_endpoint)
-from flinkyarn.gateways.resource_manager import (ApplicationTokens, CancelSlotRequest,
+from flinkyarn.gateways.resource_manager import (ApplicationTokens, BlockTaskExecutors,
+                                                 CancelSlotRequest,
                                                  DisconnectJobMaster, DisconnectTaskExecutor,
                                                  JobMasterRegistration, NotifySlotAvailable,
                                                  RegisterJobMaster, RegisterTaskExecutor,
@@ -422,6 +423,17 @@ class ResourceManager(RpcEndpoint):
         self._execute(self.slot_manager.request_slot(
             SlotRequest(request.job_id, request.allocation_id, request.profile,
                         request.job_master_address), self._clock.monotonic()))
+        return ACK
+
+    async def block_task_executors(self, request: BlockTaskExecutors) -> Ack:
+        check_fencing(self.resource_manager_id, request.resource_manager_id, "ResourceManager id")
+        record = self.job_masters.get(request.job_id)
+        check_fencing(record.job_master_id if record else None, request.job_master_id,
+                      "JobMaster id")
+        log.warning("job %s blocks TaskExecutor(s) %s for %g s", request.job_id,
+                    ", ".join(request.resource_ids), request.duration)
+        self._execute(self.slot_manager.block_task_executors(
+            request.job_id, request.resource_ids, self._clock.monotonic() + request.duration))
         return ACK
 
     async def cancel_slot_request(self, request: CancelSlotRequest) -> Ack:

@@ -152,7 +152,11 @@ class SlotManager:
     A pending worker exists from RequestWorker (or add_pending_worker) until a new
     TaskExecutor registers (the oldest pending worker is taken) or worker_failed_to_start.
 
-    Invariant after every input: no waiting request fits a free slot.
+    A job may block TaskExecutors for a while (its blocklist: block_task_executors):
+    none of their slots serves its requests until then; other jobs' requests are not
+    affected.
+
+    Invariant after every input: no waiting request fits a free slot it may take.
     """
 
     def __init__(self, worker: WorkerSpec, taskmanager_timeout: float,
@@ -176,6 +180,8 @@ class SlotManager:
         # _index, which _set and every change to a TaskExecutor's set of slots call.
         self._with_free: dict[int, dict[ResourceID, _TaskExecutor]] = {}
         self._start_failures = 0  # consecutive; reset by any registration
+        # The TaskExecutors each job blocked, with when each block ends.
+        self._blocked: dict[JobID, dict[ResourceID, float]] = {}
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -316,11 +322,25 @@ class SlotManager:
         return []
 
     def unregister_job(self, job_id: JobID) -> list[Command]:
-        """Drop every pending request of the job. Its allocated slots stay allocated until
-        their TaskExecutors free them. Returns no commands."""
+        """Drop every pending request of the job, and its blocks. Its allocated slots stay
+        allocated until their TaskExecutors free them. Returns no commands."""
         for aid in [a for a, p in self._requests.items() if p.request.job_id == job_id]:
             self.cancel_slot_request(aid)
+        self._blocked.pop(job_id, None)
         return []
+
+    def block_task_executors(self, job_id: JobID, resource_ids: list[ResourceID],
+                             until: float) -> list[Command]:
+        """The job takes no slot of these TaskExecutors before `until` (a later block of
+        the same one extends it). An AllocateSlot in flight is not recalled: the
+        JobMaster rejects that offer and asks again. Returns no commands."""
+        blocked = self._blocked.setdefault(job_id, {})
+        for resource_id in resource_ids:
+            blocked[resource_id] = max(until, blocked.get(resource_id, until))
+        return []
+
+    def _blocked_for(self, job_id: JobID, resource_id: ResourceID, now: float) -> bool:
+        return self._blocked.get(job_id, {}).get(resource_id, now) > now
 
     def worker_failed_to_start(self, cause: str, now: float) -> list[Command]:
         """The oldest pending worker could not be started. Its requests are served again,
@@ -350,6 +370,11 @@ class SlotManager:
                 out.append(FailSlotRequest(pending.request.job_id, aid, (
                     f"slot request {aid} was not served within "
                     f"{self._slot_request_timeout:g} s")))
+        for job_id, blocked in list(self._blocked.items()):
+            for rid in [rid for rid, until in blocked.items() if until <= now]:
+                del blocked[rid]  # its free slots serve the job again, below
+            if not blocked:
+                del self._blocked[job_id]
         for rid, te in list(self._task_executors.items()):
             if te.idle_since is not None and now - te.idle_since >= self._taskmanager_timeout:
                 self._drop_task_executor(rid)
@@ -395,9 +420,11 @@ class SlotManager:
     def _serve(self, pending: _PendingRequest, now: float, out: list[Command]) -> None:
         """Free slot (packing: of the TaskExecutor with the most slots in use), else a
         pending worker's slot, else a new worker, else wait."""
-        profile = pending.request.profile
+        profile, job_id = pending.request.profile, pending.request.job_id
         for in_use in sorted(self._with_free, reverse=True):
             for te in self._with_free[in_use].values():
+                if self._blocked and self._blocked_for(job_id, te.resource_id, now):
+                    continue
                 slot = self._free_slot_on(te, profile)
                 if slot is not None:
                     self._start_allocation(pending, te, slot, now, out)
