@@ -1,0 +1,65 @@
+"""Issue 41 on the two-node Hadoop: any process of ours may die, and the job still
+finishes, exact, with nothing of its application left running on either node.
+
+One parametrized scenario (tests/chaos.py): the per-job chaos word count runs; once its
+Spark stage runs (Spark's Python workers exist), one process of the kind is SIGKILLed;
+the job restarts (or the AppMaster comes back as YARN's next attempt) and its counts are
+exact; after the application ends, no process of it runs on this machine. The random
+chaos runs (a process of any kind every 0-6 s for 60 s, five rounds) are in
+bench/chaos.py: minutes each."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+import local_hadoop
+from tests import chaos
+from tests.yarn.test_on_yarn import REPO, TAG
+from yarn_client import yarn_cluster
+
+pytestmark = pytest.mark.usefixtures("hadoop")
+
+MEGABYTES = 8  # per file, two files: the Spark stage runs for some seconds
+
+
+@pytest.fixture(scope="module")
+def corpus(hadoop, tmp_path_factory):
+    """(the corpus's folder on HDFS, its exact word counts)."""
+    folder, expected = chaos.put_corpus(REPO, tmp_path_factory.mktemp("corpus"), MEGABYTES)
+    yield folder, expected
+    chaos.remove(folder)
+
+
+@pytest.mark.parametrize("kind", chaos.KINDS)
+def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(corpus, kind, tmp_path):
+    folder, expected = corpus
+    output = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}/counts"
+    client = chaos.start(REPO, tmp_path / "chaos_wordcount.py", folder, output,
+                         f"{TAG}-chaos")
+    stderr: list[str] = []
+    try:
+        app_id = chaos.application_id(client, stderr, timeout=300)
+        # Mid-job: the Spark stage runs each word through Spark's Python workers.
+        chaos.wait_until(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
+                         "the Spark stage's Python workers")
+        below = {p.pid for p in chaos.processes(app_id)}  # before the kill: then orphans
+        victim = chaos.wait_until(lambda: chaos.kill_one(app_id, kind), 30, f"a {kind} to kill")
+        if kind == "launch-script":
+            # Its TaskExecutor does not run on outside the container YARN saw end.
+            orphaned = {p.pid for p in chaos.processes(app_id) if p.pid in below
+                        and p.container == victim.container}
+            chaos.wait_until(lambda: not orphaned & {p.pid for p in chaos.processes(app_id)},
+                             30, "the killed launch script's TaskExecutor to end")
+        stdout, rest = client.communicate(timeout=600)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    stderr.append(rest)
+    said = "".join(stderr)
+    assert client.returncode == 0, f"killed {kind} {victim}:\n{said[-4000:]}"
+    report = yarn_cluster.application_report(app_id)
+    assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED"), report
+    assert chaos.counts_of(output) == expected
+    chaos.nothing_left(app_id)
