@@ -3,6 +3,10 @@ per-job chaos word count runs on the two-node local Hadoop (tests/chaos.py: any 
 of process of the application that runs at that moment, the TaskExecutors' and their
 Spark's, the containers' launch scripts, the AppMaster's Python and skein's JVM).
 
+An AppMaster-side process is killed only 5 s or more after the last one: YARN ends an
+application whose AppMaster fails twice within its validity interval (2 s here, 10 s
+by default: yarn.application-attempt-failures-validity-interval), by design.
+
 Each round must end with the job FINISHED and its counts exact, the application
 SUCCEEDED within --settle seconds (60) of the last kill, and no process of the
 application left on this machine; the first round that does not stops the run (exit 1).
@@ -33,6 +37,9 @@ from tests import chaos  # noqa: E402
 from yarn_client import yarn_cluster  # noqa: E402
 
 
+APPMASTER_SPACING_S = 5.0
+
+
 def one_round(number: int, folder: str, expected: dict[str, int], seconds: float,
               settle: float, rng: random.Random, work: Path) -> dict:
     output = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-bench/{uuid.uuid4().hex}/counts"
@@ -45,15 +52,20 @@ def one_round(number: int, folder: str, expected: dict[str, int], seconds: float
         chaos.wait_until(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
                          "the Spark stage's Python workers")
         start = time.monotonic()
+        last_appmaster = start - APPMASTER_SPACING_S
         while time.monotonic() - start < seconds and client.poll() is None:
             time.sleep(rng.uniform(0, 6))
-            kinds = [k for k in chaos.KINDS if chaos.of_kind(app_id, k)]
+            appmaster_may_die = time.monotonic() - last_appmaster >= APPMASTER_SPACING_S
+            kinds = [k for k in chaos.KINDS if chaos.of_kind(app_id, k)
+                     and (appmaster_may_die or k not in chaos.APPMASTER_KINDS)]
             if not kinds:
                 continue
             kind = rng.choice(kinds)
             victim = chaos.kill_one(app_id, kind)
             if victim is not None:
                 kills.append((time.monotonic() - start, kind, victim.pid))
+                if kind in chaos.APPMASTER_KINDS:
+                    last_appmaster = time.monotonic()
                 print(f"  round {number}: {kills[-1][0]:5.1f} s killed {kind} {victim.pid}",
                       flush=True)
         last = start + (kills[-1][0] if kills else 0.0)

@@ -239,7 +239,7 @@ class SparkSessionProvider:
             lost = self._jvm_lost
             if lost is not None:
                 log.warning("%s: a new Spark JVM and session start", lost)
-                _forget_dead_gateway(self._session)
+                _discard_gateway(self._session)
                 self._session, self._jvm_lost = None, None
             if self._session is None:
                 try:
@@ -293,7 +293,7 @@ class SparkSessionProvider:
             session, self._session = self._session, None
             lost, self._jvm_lost = self._jvm_lost, None
         if lost is not None:
-            _forget_dead_gateway(session)
+            _discard_gateway(session)
         elif session is not None:
             session.stop()
 
@@ -317,7 +317,13 @@ class SparkSessionProvider:
             builder = builder.config(key, value)
         # What pyspark's launch_gateway starts the JVM with (see GatewayPopen).
         java_gateway.Popen = GatewayPopen  # type: ignore[attr-defined,assignment]
-        session = builder.getOrCreate()
+        try:
+            session = builder.getOrCreate()
+        except BaseException:
+            # Its JVM may have died during the start (or never answered): the next
+            # start must not reuse its gateway, whose every call would be refused.
+            _discard_gateway(None)
+            raise
         jvm = getattr(session.sparkContext._gateway, "proc", None)  # None if pyspark's JVM was there before
         if jvm is not None:
             REAPER.watch_process(jvm.pid)
@@ -347,11 +353,13 @@ class SparkSessionProvider:
         jvm.wait()
 
 
-def _forget_dead_gateway(session: SparkSession | None) -> None:
-    """Makes pyspark launch a new JVM for the next session: pyspark keeps its gateway to
-    the JVM it launched for the whole process and offers no public call to drop it. The
-    private attributes reset here are pyspark's of 4.0 to 4.3 (setup.cfg's range;
-    tests/local/test_spark_bridge.py kills the JVM and checks a new session runs)."""
+def _discard_gateway(session: SparkSession | None) -> None:
+    """Makes pyspark launch a new JVM for the next session, after the JVM died or a
+    start failed (with a JVM dead or half started: it is killed): pyspark keeps its
+    gateway to the JVM it launched for the whole process, reused by every later start,
+    and offers no public call to drop it. The private attributes reset here are
+    pyspark's of 4.0 to 4.3 (setup.cfg's range; tests/local/test_spark_bridge.py kills
+    the JVM, also during a start, and checks a new session runs)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession, SQLContext
 
@@ -359,6 +367,10 @@ def _forget_dead_gateway(session: SparkSession | None) -> None:
         with contextlib.suppress(Exception):  # the JVM is gone: its half fails
             session.sparkContext.stop()
     gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
     with SparkContext._lock:
         SparkContext._gateway = None
         SparkContext._jvm = None

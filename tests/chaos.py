@@ -59,6 +59,9 @@ p.read_text(sys.argv[1]).flat_map(split_words, name="split words") \\
 p.execute()
 '''
 
+VALIDITY_S = 2.0
+APPMASTER_KINDS = ("appmaster", "skein-am")
+
 # Restarts for as long as the chaos lasts; one slot per TaskExecutor container, so the
 # job's two subtasks run in two containers (YARN puts them on either node).
 OPTIONS = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s",
@@ -66,8 +69,9 @@ OPTIONS = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s",
            "-D", "restart-strategy.type=fixed-delay",
            "-D", "restart-strategy.fixed-delay.attempts=1000",
            "-D", "restart-strategy.fixed-delay.delay=1 s",
-           # An AppMaster killed again soon after comes back all the same.
-           "-D", "yarn.application-attempt-failures-validity-interval=1 s"]
+           # YARN ends an application whose AppMaster fails twice within this interval
+           # (its attempts, 2); lost further apart, it comes back each time.
+           "-D", f"yarn.application-attempt-failures-validity-interval={VALIDITY_S:g} s"]
 
 
 def expected_counts(corpus: list[Path]) -> dict[str, int]:

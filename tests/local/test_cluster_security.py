@@ -26,7 +26,7 @@ from flinkyarn.job import JobBuilder
 from flinkyarn.jobgraph import JobEdge, JobGraph, JobVertex
 from flinkyarn.resources import ResourceProfile
 from flinkyarn.rpc import codec
-from flinkyarn.rpc.errors import NotFound, Unreachable
+from flinkyarn.rpc.errors import NotFound, Rejected, Unreachable
 from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
@@ -161,6 +161,28 @@ def test_garbled_control_plane_message_is_refused_and_changes_nothing(cluster):
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "malformed RegisterTaskExecutor" in error.details()
     assert cluster.rest.overview().task_executors == []
+
+
+def test_a_phantom_task_executor_with_the_task_executors_certificate_is_rejected(cluster):
+    """Every task's process holds the TaskExecutors' certificate; registering a
+    TaskExecutor no worker of the ResourceManager stands for (a phantom, or one whose
+    container ended) is rejected for good, and nothing of it is registered."""
+    async def register(resource_id: str, worker_id: str | None):
+        rpc = RpcService(task_executor_security(cluster))
+        try:
+            await rpc.connect(cluster.rpc_address, "resourcemanager", ResourceManagerGateway) \
+                .register_task_executor(RegisterTaskExecutor(
+                    resource_id, "127.0.0.1:1", SlotReport([]), ResourceProfile(1, 1024),
+                    worker_id=worker_id), timeout=5)
+        finally:
+            await rpc.stop()
+
+    running = [te.resource_id for te in cluster.rest.overview().task_executors]
+    for resource_id, worker_id in (("phantom", "phantom"), ("phantom", None),
+                                   *(("phantom", te) for te in running)):
+        with pytest.raises(Rejected, match="not a running worker"):
+            asyncio.run(register(resource_id, worker_id))
+    assert [te.resource_id for te in cluster.rest.overview().task_executors] == running
 
 
 def test_an_unknown_job_over_grpc_is_not_found_without_a_traceback(cluster):

@@ -322,11 +322,12 @@ def doubled(provider, tmp_path, name: str) -> list[float]:
     return pa.Table.from_batches(batches).column("doubled").to_pylist()
 
 
-def wait_until(condition, what: str, timeout: float = 60.0) -> None:
+def wait_until(condition, what: str, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (value := condition()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+        time.sleep(0.01)
+    return value
 
 
 def test_a_killed_spark_jvm_is_reaped_and_the_next_stage_runs_on_a_new_one(provider, tmp_path):
@@ -375,3 +376,36 @@ def test_a_spark_that_cannot_start_again_is_fatal_for_its_task_executor(provider
     assert cause.startswith(f"Spark could not start again after its JVM was lost (the Spark "
                             f"JVM (pid {old}) killed by signal 9)"), cause
     assert doubled(provider, tmp_path, "later") == DOUBLED  # a start that can, starts
+
+
+def test_a_spark_jvm_killed_while_the_session_starts_is_not_reused(provider, tmp_path):
+    """The chaos run on YARN killed a TaskExecutor's JVM while its session started: pyspark
+    kept its gateway to the dead JVM, and every later start was refused."""
+    provider.get()
+    old = provider.jvm_pid()
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{old}").exists(), "the old JVM to be reaped")
+
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            provider.get()
+        except BaseException as error:  # what the first stage would see
+            failed.append(error)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    # Killed once pyspark holds its gateway, while the context is being made in it.
+    from pyspark import SparkContext
+
+    def launched():
+        process = getattr(SparkContext._gateway, "proc", None)
+        return process.pid if process is not None and process.pid != old else None
+    jvm = wait_until(launched, "the new session's JVM to be launched")
+    os.kill(jvm, signal.SIGKILL)
+    starting.join(120)
+    assert failed, "the start with its JVM killed failed"
+    assert doubled(provider, tmp_path, "after") == DOUBLED
+    assert provider.jvm_pid() not in (None, jvm)
+
