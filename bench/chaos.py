@@ -43,7 +43,7 @@ APPMASTER_SPACING_S = 5.0
 def one_round(number: int, folder: str, expected: dict[str, int], seconds: float,
               settle: float, rng: random.Random, work: Path) -> dict:
     output = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-bench/{uuid.uuid4().hex}/counts"
-    client = chaos.start(REPO, work / "chaos_wordcount.py", folder, output,
+    client = chaos.start(REPO, work / "chaos_wordcount.py", [folder, output],
                          f"flinkyarn-bench-chaos-{uuid.uuid4().hex[:8]}")
     said: list[str] = []
     kills: list[tuple[float, str, int]] = []

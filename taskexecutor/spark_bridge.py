@@ -123,10 +123,10 @@ class SparkSessionProvider:
 
     The JVM is watched (a thread waits for it, so it is reaped at once): when it dies (the
     OOM killer, an operator's kill), the next `get()` starts a new JVM and session
-    instead of handing out one whose every call is refused. If that start fails,
-    `on_fatal(cause)` is called (the TaskExecutor ends itself, as Flink's TaskManager does
-    on a component it cannot recover, and YARN gives a fresh container) and `get()`
-    raises. Spark's Python daemon is Spark's own to watch: Spark starts a new one when it
+    instead of handing out one whose every call is refused; so does the `get()` after a
+    start that failed. If that second chance fails too, `on_fatal(cause)` is called (the
+    TaskExecutor ends itself, as Flink's TaskManager does on a component it cannot
+    recover, and YARN gives a fresh container) and `get()` raises. Spark's Python daemon is Spark's own to watch: Spark starts a new one when it
     cannot connect to it.
 
     Threading: `get()` may be called from any thread, also from several task threads at
@@ -156,6 +156,9 @@ class SparkSessionProvider:
         self._session: SparkSession | None = None
         # Why the session's JVM is gone (None while it runs, or before it started).
         self._jvm_lost: str | None = None
+        # Why the next start is a second chance (a lost JVM, a failed start); None once
+        # a start succeeded. A start failing then is fatal.
+        self._broken: str | None = None
         self.on_fatal: Callable[[str], object] | None = None
 
     @classmethod
@@ -241,14 +244,18 @@ class SparkSessionProvider:
                 log.warning("%s: a new Spark JVM and session start", lost)
                 _discard_gateway(self._session)
                 self._session, self._jvm_lost = None, None
+                self._broken = f"its JVM was lost ({lost})"
             if self._session is None:
                 try:
                     self._session = self._start()
                 except Exception as error:
-                    if lost is not None and self.on_fatal is not None:
-                        self.on_fatal(f"Spark could not start again after its JVM was "
-                                      f"lost ({lost}): {type(error).__name__}: {error}")
+                    failure = f"{type(error).__name__}: {error}"
+                    if self._broken is not None and self.on_fatal is not None:
+                        self.on_fatal(f"Spark could not start again after {self._broken}: "
+                                      f"{failure}")
+                    self._broken = f"a failed start ({failure.splitlines()[0]})"
                     raise
+                self._broken = None
             return self._session
 
     def started(self) -> bool:
@@ -334,7 +341,6 @@ class SparkSessionProvider:
         session.sparkContext.setLogLevel("WARN")
         make_active(session)
         return session
-
 
     def _watch_jvm(self, jvm: subprocess.Popen, session: SparkSession) -> None:
         """Reaps the session's JVM when it exits; unless the session was stopped first,

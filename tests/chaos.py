@@ -59,6 +59,35 @@ p.read_text(sys.argv[1]).flat_map(split_words, name="split words") \\
 p.execute()
 '''
 
+# The streaming job: ROWS numbered rows over some 30 s, checkpointed every second; each
+# row goes to an exactly-once Parquet sink, and the sums of n per k (n mod 4) of each
+# checkpoint interval come from a Spark stage that runs n through a Python UDF.
+STREAM_PROGRAM = '''
+import sys
+import pyarrow as pa
+import pyarrow.compute as pc
+from flinkyarn import Pipeline
+
+records, sums, checkpoints, rows = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def numbered(numbers):
+    return pa.record_batch({"n": numbers, "k": pc.bit_wise_and(numbers, 3)})
+
+def interval_sums(rows):
+    from pyspark.sql import functions as F
+    same = F.udf(lambda n: n, "long")  # through Spark's Python workers
+    return rows.select("k", same("n").alias("n")).groupBy("k").agg(F.sum("n").alias("n"))
+
+p = Pipeline("chaos stream", parallelism=2, configuration={
+    "execution.checkpointing.interval": "1 s", "state.checkpoints.dir": checkpoints})
+numbers = p.from_data_generator(numbered, count=rows, rows_per_second=rows / 30)
+numbers.write_parquet(records)
+numbers.key_by("k").spark(interval_sums, name="interval sums").write_parquet(sums)
+p.execute()
+'''
+STREAM_ROWS = 30_000
+JOBS = ("wordcount", "stream")
+
 VALIDITY_S = 2.0
 APPMASTER_KINDS = ("appmaster", "skein-am")
 
@@ -69,6 +98,7 @@ OPTIONS = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s",
            "-D", "restart-strategy.type=fixed-delay",
            "-D", "restart-strategy.fixed-delay.attempts=1000",
            "-D", "restart-strategy.fixed-delay.delay=1 s",
+
            # YARN ends an application whose AppMaster fails twice within this interval
            # (its attempts, 2); lost further apart, it comes back each time.
            "-D", f"yarn.application-attempt-failures-validity-interval={VALIDITY_S:g} s"]
@@ -244,14 +274,48 @@ def application_id(client: subprocess.Popen, stderr_lines: list[str], timeout: f
     raise AssertionError(f"the client printed no application id:\n{''.join(stderr_lines)[-3000:]}")
 
 
-def start(repo: Path, program: Path, corpus: str, output: str, tag: str,
-          extra: tuple[str, ...] = ()) -> subprocess.Popen:
-    """`flinkyarn run` of the chaos job, per-job on YARN, attached."""
-    program.write_text(PROGRAM)
+def start(repo: Path, program: Path, arguments: list[str], tag: str,
+          text: str = PROGRAM) -> subprocess.Popen:
+    """`flinkyarn run` of a chaos job (`text`: PROGRAM, the word count, whose arguments are
+    the corpus and the output; or STREAM_PROGRAM: records, sums, checkpoints, rows),
+    per-job on YARN, attached."""
+    program.write_text(text)
     return subprocess.Popen(
         [sys.executable, "-m", "yarn_client", "run", "-t", "yarn-per-job", *OPTIONS,
-         "--tags", tag, *extra, str(program), corpus, output],
+         "--tags", tag, str(program), *arguments],
         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def committed(folder: str) -> bool:
+    """Whether a sink committed a part file to `folder` (a checkpoint completed)."""
+    import pyarrow.fs as pafs
+
+    from flinkyarn.connectors.filesystems import resolve
+
+    filesystem, path = resolve(folder)
+    try:
+        infos = filesystem.get_file_info(pafs.FileSelector(path))
+    except (FileNotFoundError, OSError):
+        return False
+    return any(info.base_name.startswith("part-") for info in infos)
+
+
+def check_stream(records: str, sums: str, rows: int = STREAM_ROWS) -> None:
+    """Every row in the records once, and the interval sums adding up to each k's."""
+    import pyarrow.parquet as pq
+
+    from flinkyarn.connectors.filesystems import resolve
+
+    filesystem, path = resolve(records)
+    numbers = sorted(pq.read_table(path, filesystem=filesystem).column("n").to_pylist())
+    assert numbers == list(range(rows)), (
+        f"{len(numbers)} records, {len(set(numbers))} distinct, of {rows}")
+    filesystem, path = resolve(sums)
+    table = pq.read_table(path, filesystem=filesystem)
+    by_key: collections.Counter[int] = collections.Counter()
+    for k, n in zip(table.column("k").to_pylist(), table.column("n").to_pylist()):
+        by_key[k] += n
+    assert dict(by_key) == {k: sum(range(k, rows, 4)) for k in range(4)}, dict(by_key)
 
 
 def nothing_left(app_id: str, timeout: float = 60.0) -> None:

@@ -6,16 +6,19 @@ tests/failover_scenarios.py's, which run on YARN too."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import signal
+from pathlib import Path
 
 import msgspec
+import pyarrow.parquet as pq
 import pytest
 
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
 from tests.local.conftest import task_executor_process, wait_for
-from tests.local.jobs import FailOnce, slow_numbers, summing_pipeline
+from tests.local.jobs import N, FailOnce, interval_sums, slow_numbers, summing_pipeline
 from yarn_client.executors import ClusterExecutor
 from yarn_client.rest_client import RestError
 
@@ -100,3 +103,80 @@ def test_a_job_with_bad_settings_is_refused_and_leaves_nothing_behind(cluster):
         with pytest.raises(RestError, match=re.escape(message)):
             cluster.rest.submit(msgspec.structs.replace(graph, configuration=settings))
     assert cluster.rest.jobs().jobs == []
+
+
+BROKEN_JAVA = """#!/bin/sh
+# java, but not for a TaskExecutor named in $1's file: its command line is one of the
+# launching processes' (the JVM is the TaskExecutor's child, Spark's launcher its grandchild).
+p=$PPID
+for _ in 1 2 3; do
+  if [ -s "{marks}" ] && grep -qaF -- "$(cat "{marks}")" /proc/$p/cmdline 2>/dev/null; then
+    echo "java: broken on this TaskExecutor (a test's)" >&2
+    exit 1
+  fi
+  p=$(cut -d' ' -f4 /proc/$p/stat 2>/dev/null) || break
+done
+exec {java} "$@"
+"""
+
+
+def test_a_task_executor_whose_spark_cannot_start_again_ends_itself_and_the_job_ends_on_another(
+        start_cluster, tmp_path, monkeypatch):
+    """Issue 41: its Spark JVM killed, a TaskExecutor starts a new one for the next Spark
+    stage; where that fails (here: java refuses to run there) the TaskExecutor fails
+    fatally and exits, and the job finishes on the other one."""
+    import shutil
+
+    from tests.local.test_cluster import finished
+
+    marks, bin_dir = tmp_path / "broken-on", tmp_path / "bin"
+    bin_dir.mkdir()
+    java = bin_dir / "java"
+    java.write_text(BROKEN_JAVA.format(marks=marks, java=shutil.which("java")))
+    java.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    cluster = start_cluster(start_workers=2, **{
+        "taskmanager.numberOfTaskSlots": "1", "taskmanager.spark.start-eagerly": "true",
+        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "3",
+        "restart-strategy.fixed-delay.delay": "100 ms"})
+    out = tmp_path / "sums"
+    p = Pipeline("spark sums", parallelism=1)
+    p.from_generator(slow_numbers).key_by("k").spark(interval_sums).write_parquet(str(out))
+    job_id = cluster.rest.submit(p.job_graph())
+    victim = wait_for(lambda: next((te.resource_id for te in cluster.rest.overview().task_executors
+                                    if any(s.job_id == job_id for s in te.slots)), None),
+                      30, "the TaskExecutor with the job's slot")
+    te = task_executor_process(victim)
+    jvm = wait_for(lambda: next((c for c in children(te) if b"SparkSubmit" in cmdline(c)), None),
+                   120, "its Spark JVM")
+    marks.write_text(victim)
+    os.kill(jvm, signal.SIGKILL)
+
+    details = finished(cluster.rest, job_id, timeout=180)
+    assert details.status == "FINISHED", details.failure_cause
+    assert details.restarts >= 1
+    log = (cluster.work_dir / "logs" / f"{victim}.log").read_text()
+    assert "fatal error, this TaskExecutor exits: Spark could not start again after" in log, \
+        log[-3000:]
+    wait_for(lambda: victim not in {t.resource_id for t in cluster.rest.overview().task_executors},
+             60, "the failed TaskExecutor to be gone")
+    sums = pq.read_table(str(out)).to_pydict()
+    assert sum(sums["n"]) == N * (N + 1) // 2
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for thread in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (thread / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

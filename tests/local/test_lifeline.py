@@ -36,11 +36,12 @@ def gone(pid: int) -> bool:
     return lifeline.identity(pid) is None
 
 
-def wait_until(condition, what: str, timeout: float = 30.0) -> None:
+def wait_until(condition, what: str, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (value := condition()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+    return value
 
 
 def container(tmp_path: Path) -> tuple[subprocess.Popen, int, int, int]:
@@ -82,3 +83,47 @@ def test_a_process_ends_when_a_launch_process_of_its_container_is_killed(tmp_pat
     launcher.wait()
     wait_until(lambda: gone(process), "our process to end")
 
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (from the children each of its threads started)."""
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            threads = list(Path(f"/proc/{current}/task").iterdir())
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                children = [int(c) for c in (thread / "children").read_text().split()]
+            except OSError:
+                continue
+            found.update(children)
+            todo.extend(children)
+    return found
+
+
+def test_nothing_a_killed_local_appmaster_started_runs_on(start_cluster):
+    """The local target's AppMaster SIGKILLed: its TaskExecutors (parent-death signal),
+    their Spark JVMs (their input closes) and their reapers (which outlive them by
+    design, to end what they leave) all end."""
+    cluster = start_cluster(start_workers=1, **{"taskmanager.spark.start-eagerly": "true"})
+    appmaster = cluster.process.pid
+
+    def spark_jvm_up():
+        below = descendants(appmaster)
+        return below if any(b"SparkSubmit" in _cmdline(pid) for pid in below) else None
+    below = wait_until(spark_jvm_up, "the TaskExecutor's Spark JVM", timeout=120)
+    alive = {pid: lifeline.identity(pid) for pid in below}
+    os.kill(appmaster, signal.SIGKILL)
+    cluster.process.wait()
+    wait_until(lambda: all(lifeline.identity(pid) != started for pid, started in alive.items()),
+               "every process the AppMaster started to end", timeout=60)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -1,10 +1,13 @@
 """Issue 41 on the two-node Hadoop: any process of ours may die, and the job still
 finishes, exact, with nothing of its application left running on either node.
 
-One parametrized scenario (tests/chaos.py): the per-job chaos word count runs; once its
-Spark stage runs (Spark's Python workers exist), one process of the kind is SIGKILLed;
-the job restarts (or the AppMaster comes back as YARN's next attempt) and its counts are
-exact; after the application ends, no process of it runs on this machine. The random
+One parametrized scenario (tests/chaos.py), for each kind of process and two per-job
+jobs: the chaos word count (batch), and a checkpointed stream whose rows go to an
+exactly-once sink and through a Spark stage. Once the Spark stage runs (Spark's Python
+workers exist; for the stream, once a checkpoint committed records), one process of the
+kind is SIGKILLed; the job restarts (the stream from its latest checkpoint), or the
+AppMaster comes back as YARN's next attempt; the result is exact (every record once,
+the sums whole); after the application ends, no process of it runs on this machine. The random
 chaos runs (a process of any kind every 0-6 s for 60 s, five rounds) are in
 bench/chaos.py: minutes each."""
 
@@ -33,17 +36,25 @@ def corpus(hadoop, tmp_path_factory):
 
 
 @pytest.mark.parametrize("kind", chaos.KINDS)
-def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(corpus, kind, tmp_path):
-    folder, expected = corpus
-    output = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}/counts"
-    client = chaos.start(REPO, tmp_path / "chaos_wordcount.py", folder, output,
-                         f"{TAG}-chaos")
+@pytest.mark.parametrize("job", chaos.JOBS)
+def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(
+        corpus, job, kind, tmp_path):
+    folder = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
+    if job == "wordcount":
+        corpus_folder, expected = corpus
+        client = chaos.start(REPO, tmp_path / "chaos_wordcount.py",
+                             [corpus_folder, f"{folder}/counts"], f"{TAG}-chaos")
+    else:  # once a checkpoint committed some records: the job goes on from one
+        client = chaos.start(REPO, tmp_path / "chaos_stream.py",
+                             [f"{folder}/records", f"{folder}/sums", f"{folder}/checkpoints",
+                              str(chaos.STREAM_ROWS)], f"{TAG}-chaos", chaos.STREAM_PROGRAM)
     stderr: list[str] = []
     try:
         app_id = chaos.application_id(client, stderr, timeout=300)
-        # Mid-job: the Spark stage runs each word through Spark's Python workers.
-        chaos.wait_until(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
-                         "the Spark stage's Python workers")
+        # Mid-job: the Spark stage runs its rows through Spark's Python workers.
+        chaos.wait_until(lambda: chaos.of_kind(app_id, "spark-worker") and (
+            job == "wordcount" or chaos.committed(f"{folder}/records")), 300,
+            "the Spark stage's Python workers (and a committed checkpoint)")
         below = {p.pid for p in chaos.processes(app_id)}  # before the kill: then orphans
         victim = chaos.wait_until(lambda: chaos.kill_one(app_id, kind), 30, f"a {kind} to kill")
         if kind == "launch-script":
@@ -52,7 +63,7 @@ def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(corpu
                         and p.container == victim.container}
             chaos.wait_until(lambda: not orphaned & {p.pid for p in chaos.processes(app_id)},
                              30, "the killed launch script's TaskExecutor to end")
-        stdout, rest = client.communicate(timeout=600)
+        _, rest = client.communicate(timeout=600)
     finally:
         if client.poll() is None:
             client.kill()
@@ -61,5 +72,9 @@ def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(corpu
     assert client.returncode == 0, f"killed {kind} {victim}:\n{said[-4000:]}"
     report = yarn_cluster.application_report(app_id)
     assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED"), report
-    assert chaos.counts_of(output) == expected
+    if job == "wordcount":
+        assert chaos.counts_of(f"{folder}/counts") == expected
+    else:
+        chaos.check_stream(f"{folder}/records", f"{folder}/sums")
     chaos.nothing_left(app_id)
+    chaos.remove(folder)

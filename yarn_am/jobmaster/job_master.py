@@ -32,13 +32,13 @@ from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
 from flinkyarn.gateways.dispatcher import CheckpointView
 from flinkyarn.gateways.job_master import (AcceptedSlots, AcknowledgeCheckpoint,
                                            DeclineCheckpoint, DisconnectTaskManager,
-                                           FailureKind, TaskState,
-                                           JobMasterGateway, OfferSlots, PartitionLocation,
-                                           PartitionLocationState, RegisterTaskManager,
-                                           ReportTaskOutput, RequestPartitionLocation,
+                                           FailureKind, JobMasterGateway, OfferSlots,
+                                           PartitionLocation, PartitionLocationState,
+                                           RegisterTaskManager, ReportTaskOutput,
+                                           RequestPartitionLocation,
                                            SlotRequestFailed as SlotRequestFailedCall,
-                                           TaskManagerRegistration, UpdateTaskExecutionState,
-                                           job_master_endpoint)
+                                           TaskManagerRegistration, TaskState,
+                                           UpdateTaskExecutionState, job_master_endpoint)
 from flinkyarn.gateways.resource_manager import (BlockTaskExecutors,
                                                  CancelSlotRequest as CancelSlotRequestCall,
                                                  DisconnectJobMaster, RegisterJobMaster,
