@@ -126,8 +126,8 @@ class SparkSessionProvider:
     instead of handing out one whose every call is refused; so does the `get()` after a
     start that failed. If that second chance fails too, `on_fatal(cause)` is called (the
     TaskExecutor ends itself, as Flink's TaskManager does on a component it cannot
-    recover, and YARN gives a fresh container) and `get()` raises. Spark's Python daemon is Spark's own to watch: Spark starts a new one when it
-    cannot connect to it.
+    recover, and YARN gives a fresh container) and `get()` raises. Spark's Python daemon
+    is Spark's own to watch: Spark starts a new one when it cannot connect to it.
 
     Threading: `get()` may be called from any thread, also from several task threads at
     once; exactly one session is started, the others wait for it. `stop()` may be called
