@@ -1,7 +1,8 @@
 """Issue 41's chaos runs: a process of ours SIGKILLed every 0-6 s for 60 s while the
-per-job chaos word count runs on the two-node local Hadoop (tests/chaos.py: any kind
-of process of the application that runs at that moment, the TaskExecutors' and their
-Spark's, the containers' launch scripts, the AppMaster's Python and skein's JVM).
+per-job chaos word count runs on the two-node local Hadoop (tests/chaos.py: any
+process of the application of a kind it knows that runs at that moment, drawn alike,
+the TaskExecutors' and their Spark's, the containers' launch scripts, the AppMaster's
+Python and skein's JVM).
 
 An AppMaster-side process is killed only 5 s or more after the last one: YARN ends an
 application whose AppMaster fails twice within its validity interval (2 s here, 10 s
@@ -49,20 +50,20 @@ def one_round(number: int, folder: str, expected: dict[str, int], seconds: float
     kills: list[tuple[float, str, int]] = []
     try:
         app_id = chaos.application_id(client, said, timeout=300)
-        chaos.wait_until(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
+        chaos.wait_for(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
                          "the Spark stage's Python workers")
         start = time.monotonic()
         last_appmaster = start - APPMASTER_SPACING_S
         while time.monotonic() - start < seconds and client.poll() is None:
             time.sleep(rng.uniform(0, 6))
             appmaster_may_die = time.monotonic() - last_appmaster >= APPMASTER_SPACING_S
-            kinds = [k for k in chaos.KINDS if chaos.of_kind(app_id, k)
-                     and (appmaster_may_die or k not in chaos.APPMASTER_KINDS)]
-            if not kinds:
+            running = [(kind, process) for kind in chaos.KINDS
+                       if appmaster_may_die or kind not in chaos.APPMASTER_KINDS
+                       for process in chaos.of_kind(app_id, kind)]
+            if not running:
                 continue
-            kind = rng.choice(kinds)
-            victim = chaos.kill_one(app_id, kind)
-            if victim is not None:
+            kind, victim = rng.choice(running)
+            if chaos.kill(victim):
                 kills.append((time.monotonic() - start, kind, victim.pid))
                 if kind in chaos.APPMASTER_KINDS:
                     last_appmaster = time.monotonic()

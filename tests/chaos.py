@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tests.local.conftest import wait_for
+
 KINDS = ("taskexecutor", "launch-script", "spark-jvm", "spark-daemon", "spark-worker",
          "appmaster", "skein-am")
 
@@ -59,7 +61,7 @@ p.read_text(sys.argv[1]).flat_map(split_words, name="split words") \\
 p.execute()
 '''
 
-# The streaming job: ROWS numbered rows over some 30 s, checkpointed every second; each
+# The streaming job: ROWS numbered rows over some 15 s, checkpointed every second; each
 # row goes to an exactly-once Parquet sink, and the sums of n per k (n mod 4) of each
 # checkpoint interval come from a Spark stage that runs n through a Python UDF.
 STREAM_PROGRAM = '''
@@ -80,12 +82,12 @@ def interval_sums(rows):
 
 p = Pipeline("chaos stream", parallelism=2, configuration={
     "execution.checkpointing.interval": "1 s", "state.checkpoints.dir": checkpoints})
-numbers = p.from_data_generator(numbered, count=rows, rows_per_second=rows / 30)
+numbers = p.from_data_generator(numbered, count=rows, rows_per_second=rows / 15)
 numbers.write_parquet(records)
 numbers.key_by("k").spark(interval_sums, name="interval sums").write_parquet(sums)
 p.execute()
 '''
-STREAM_ROWS = 30_000
+STREAM_ROWS = 15_000
 JOBS = ("wordcount", "stream")
 
 VALIDITY_S = 2.0
@@ -169,13 +171,15 @@ class Process:
         return self.container.endswith("_000001")
 
 
-def _prefix(app_id: str) -> bytes:
-    return f"CONTAINER_ID=container_{app_id.removeprefix('application_')}_".encode()
-
-
 def processes(app_id: str) -> list[Process]:
     """Every process on this machine of one of the application's containers."""
-    prefix = _prefix(app_id)
+    return container_processes(f"container_{app_id.removeprefix('application_')}_")
+
+
+def container_processes(container_id: str) -> list[Process]:
+    """Every process on this machine of the container `container_id` (or, ending in "_",
+    of every container whose id starts so): its environment names it."""
+    prefix = f"CONTAINER_ID={container_id}".encode()
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -236,27 +240,21 @@ def kill_one(app_id: str, kind: str) -> Process | None:
     if not found:
         return None
     victim = max(found, key=lambda p: p.pid)
+    return victim if kill(victim) else None
+
+
+def kill(process: Process) -> bool:
+    """SIGKILLs `process`; False if it is gone already."""
     try:
-        os.kill(victim.pid, signal.SIGKILL)
+        os.kill(process.pid, signal.SIGKILL)
     except ProcessLookupError:
-        return None
-    return victim
+        return False
+    return True
 
 
 def describe(found: list[Process]) -> list[str]:
     return [f"{p.pid} ({p.container}): {b' '.join(p.argv)[:200].decode(errors='replace')}"
             for p in found]
-
-
-def wait_until(condition, timeout: float, what: str, poll: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(poll)
 
 
 def application_id(client: subprocess.Popen, stderr_lines: list[str], timeout: float) -> str:
@@ -321,7 +319,7 @@ def check_stream(records: str, sums: str, rows: int = STREAM_ROWS) -> None:
 def nothing_left(app_id: str, timeout: float = 60.0) -> None:
     """After the application ended: within `timeout`, no process of it runs here."""
     try:
-        wait_until(lambda: not processes(app_id), timeout, "no process of the application")
+        wait_for(lambda: not processes(app_id), timeout, "no process of the application")
     except AssertionError:
         raise AssertionError(f"processes of {app_id} still run {timeout:g} s after its end:\n"
                              + "\n".join(describe(processes(app_id)))) from None

@@ -114,3 +114,37 @@ def processes_mentioning(text: str, containers: bool = False) -> list[str]:
         if mark in environ or (containers and any(v.startswith(b"CONTAINER_ID=") for v in environ)):
             found.append(f"{proc.name}: {cmdline}")
     return found
+
+
+def children(pid: int) -> list[int]:
+    """The processes process `pid` started that run (or are zombies): the children of
+    each of its threads."""
+    found = []
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            found += [int(child) for child in (thread / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid`."""
+    found, todo = set(), [pid]
+    while todo:
+        below = children(todo.pop())
+        found.update(below)
+        todo.extend(below)
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    """Process `pid`'s command line, its arguments NUL-separated (b"" if it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -9,7 +9,6 @@ import io
 import os
 import re
 import signal
-from pathlib import Path
 
 import msgspec
 import pyarrow.parquet as pq
@@ -17,7 +16,7 @@ import pytest
 
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
-from tests.local.conftest import task_executor_process, wait_for
+from tests.local.conftest import children, cmdline, task_executor_process, wait_for
 from tests.local.jobs import N, FailOnce, interval_sums, slow_numbers, summing_pipeline
 from yarn_client.executors import ClusterExecutor
 from yarn_client.rest_client import RestError
@@ -164,19 +163,3 @@ def test_a_task_executor_whose_spark_cannot_start_again_ends_itself_and_the_job_
     sums = pq.read_table(str(out)).to_pydict()
     assert sum(sums["n"]) == N * (N + 1) // 2
 
-
-def children(pid: int) -> list[int]:
-    found = []
-    for thread in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(c) for c in (thread / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""

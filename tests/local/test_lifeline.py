@@ -12,12 +12,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from flinkyarn import lifeline
+from tests.local.conftest import cmdline, descendants, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,14 +36,6 @@ def gone(pid: int) -> bool:
     return lifeline.identity(pid) is None
 
 
-def wait_until(condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return value
-
-
 def container(tmp_path: Path) -> tuple[subprocess.Popen, int, int, int]:
     """(launcher, its pid, the launch script's pid, our process's pid); `; :` keeps each
     shell from exec'ing its command, as YARN's scripts do not."""
@@ -53,8 +45,8 @@ def container(tmp_path: Path) -> tuple[subprocess.Popen, int, int, int]:
     script = f"setsid bash -c {shlex.quote(ours + '; :')} & wait; :"
     launcher = subprocess.Popen(["bash", "-c", script], cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
-    wait_until(said.exists, "our process to start")
-    wait_until(lambda: said.read_text(), "our process to say what it watches")
+    wait_for(said.exists, 30, "our process to start", poll=0.02)
+    wait_for(lambda: said.read_text(), 30, "our process to say what it watches", poll=0.02)
     session_leader, outer = json.loads(said.read_text())
     children = Path(f"/proc/{session_leader}/task/{session_leader}/children").read_text().split()
     [process] = map(int, children)
@@ -81,27 +73,8 @@ def test_a_process_ends_when_a_launch_process_of_its_container_is_killed(tmp_pat
     victim = session_leader if killed.startswith("the launch script") else outer
     os.kill(victim, signal.SIGKILL)
     launcher.wait()
-    wait_until(lambda: gone(process), "our process to end")
+    wait_for(lambda: gone(process), 30, "our process to end", poll=0.02)
 
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid` (from the children each of its threads started)."""
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            threads = list(Path(f"/proc/{current}/task").iterdir())
-        except OSError:
-            continue
-        for thread in threads:
-            try:
-                children = [int(c) for c in (thread / "children").read_text().split()]
-            except OSError:
-                continue
-            found.update(children)
-            todo.extend(children)
-    return found
 
 
 def test_nothing_a_killed_local_appmaster_started_runs_on(start_cluster):
@@ -113,17 +86,11 @@ def test_nothing_a_killed_local_appmaster_started_runs_on(start_cluster):
 
     def spark_jvm_up():
         below = descendants(appmaster)
-        return below if any(b"SparkSubmit" in _cmdline(pid) for pid in below) else None
-    below = wait_until(spark_jvm_up, "the TaskExecutor's Spark JVM", timeout=120)
+        return below if any(b"SparkSubmit" in cmdline(pid) for pid in below) else None
+    below = wait_for(spark_jvm_up, 120, "the TaskExecutor's Spark JVM")
     alive = {pid: lifeline.identity(pid) for pid in below}
     os.kill(appmaster, signal.SIGKILL)
     cluster.process.wait()
-    wait_until(lambda: all(lifeline.identity(pid) != started for pid, started in alive.items()),
-               "every process the AppMaster started to end", timeout=60)
+    wait_for(lambda: all(lifeline.identity(pid) != started for pid, started in alive.items()),
+             60, "every process the AppMaster started to end")
 
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""

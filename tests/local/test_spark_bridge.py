@@ -20,6 +20,7 @@ from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.pipeline.spark_stage import SparkStage
 from taskexecutor.spark_bridge import MIB, GatewayPopen, SparkMemoryBudget, SparkSessionProvider
 from taskexecutor.spark_cds import SparkClassData
+from tests.local.conftest import children, cmdline, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -322,14 +323,6 @@ def doubled(provider, tmp_path, name: str) -> list[float]:
     return pa.Table.from_batches(batches).column("doubled").to_pylist()
 
 
-def wait_until(condition, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-    return value
-
-
 def test_a_killed_spark_jvm_is_reaped_and_the_next_stage_runs_on_a_new_one(provider, tmp_path):
     """Issue 41: a TaskExecutor whose Spark JVM was killed failed every Spark stage with
     'Connection refused', and the JVM stayed a zombie."""
@@ -337,7 +330,7 @@ def test_a_killed_spark_jvm_is_reaped_and_the_next_stage_runs_on_a_new_one(provi
     old = provider.jvm_pid()
     assert old is not None
     os.kill(old, signal.SIGKILL)
-    wait_until(lambda: not Path(f"/proc/{old}").exists(), "the killed JVM to be reaped")
+    wait_for(lambda: not Path(f"/proc/{old}").exists(), 60, "the killed JVM to be reaped", poll=0.01)
     assert doubled(provider, tmp_path, "after") == DOUBLED
     assert provider.jvm_pid() not in (None, old)
 
@@ -345,10 +338,7 @@ def test_a_killed_spark_jvm_is_reaped_and_the_next_stage_runs_on_a_new_one(provi
 def test_a_killed_spark_python_daemon_is_spark_s_to_start_again(provider, tmp_path):
     assert doubled(provider, tmp_path, "before") == DOUBLED
     jvm = provider.jvm_pid()
-    children = [int(pid) for thread in Path(f"/proc/{jvm}/task").iterdir()
-                for pid in (thread / "children").read_text().split()]
-    daemons = [pid for pid in children
-               if b"spark_daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    daemons = [pid for pid in children(jvm) if b"spark_daemon" in cmdline(pid)]
     assert daemons, "the stage's UDF runs in a worker of Spark's Python daemon"
     for daemon in daemons:
         os.kill(daemon, signal.SIGKILL)
@@ -363,7 +353,7 @@ def test_a_spark_that_cannot_start_again_is_fatal_for_its_task_executor(provider
     old = provider.jvm_pid()
     assert old is not None
     os.kill(old, signal.SIGKILL)
-    wait_until(lambda: not Path(f"/proc/{old}").exists(), "the killed JVM to be reaped")
+    wait_for(lambda: not Path(f"/proc/{old}").exists(), 60, "the killed JVM to be reaped", poll=0.01)
     # Spark refuses to launch a driver JVM with -Xmx among its java options
     provider.java_options.append("-Xmx64m")
     try:
@@ -384,7 +374,7 @@ def test_a_spark_jvm_killed_while_the_session_starts_is_not_reused(provider, tmp
     provider.get()
     old = provider.jvm_pid()
     os.kill(old, signal.SIGKILL)
-    wait_until(lambda: not Path(f"/proc/{old}").exists(), "the old JVM to be reaped")
+    wait_for(lambda: not Path(f"/proc/{old}").exists(), 60, "the old JVM to be reaped", poll=0.01)
 
     failed: list[BaseException] = []
 
@@ -402,7 +392,7 @@ def test_a_spark_jvm_killed_while_the_session_starts_is_not_reused(provider, tmp
     def launched():
         process = getattr(SparkContext._gateway, "proc", None)
         return process.pid if process is not None and process.pid != old else None
-    jvm = wait_until(launched, "the new session's JVM to be launched")
+    jvm = wait_for(launched, 60, "the new session's JVM to be launched", poll=0.01)
     os.kill(jvm, signal.SIGKILL)
     starting.join(120)
     assert failed, "the start with its JVM killed failed"

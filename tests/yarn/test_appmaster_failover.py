@@ -14,7 +14,6 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from pathlib import Path
 
 import cloudpickle
 import pyarrow.parquet as pq
@@ -23,6 +22,7 @@ import pytest
 import local_hadoop
 from flinkyarn import Pipeline, hadoop
 from flinkyarn.connectors.filesystems import resolve
+from tests import chaos
 from tests.local import jobs
 from tests.local.conftest import wait_for
 from tests.yarn.test_on_yarn import FAST, REPO, TAG
@@ -52,21 +52,9 @@ p.execute()
 
 
 def container_processes(container_id: str) -> list[int]:
-    """The processes on this machine of the YARN container `container_id` (or, ending
-    in "_", of every container whose id starts so): their environment names it."""
-    marker = f"CONTAINER_ID={container_id}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            variables = (proc / "environ").read_bytes().split(b"\0")
-            if any(v == marker or (container_id.endswith("_") and v.startswith(marker))
-                   for v in variables):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
+    """The pids on this machine of the YARN container `container_id` (or, ending in "_",
+    of every container whose id starts so)."""
+    return [process.pid for process in chaos.container_processes(container_id)]
 
 
 @pytest.mark.parametrize("kills, window", [(1, "10 s"), (2, "10 min"), (2, "1 s")])

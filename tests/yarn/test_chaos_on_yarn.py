@@ -24,7 +24,7 @@ from yarn_client import yarn_cluster
 
 pytestmark = pytest.mark.usefixtures("hadoop")
 
-MEGABYTES = 8  # per file, two files: the Spark stage runs for some seconds
+MEGABYTES = 5  # per file, two files: the Spark stage runs for some seconds
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +52,16 @@ def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(
     try:
         app_id = chaos.application_id(client, stderr, timeout=300)
         # Mid-job: the Spark stage runs its rows through Spark's Python workers.
-        chaos.wait_until(lambda: chaos.of_kind(app_id, "spark-worker") and (
+        chaos.wait_for(lambda: chaos.of_kind(app_id, "spark-worker") and (
             job == "wordcount" or chaos.committed(f"{folder}/records")), 300,
             "the Spark stage's Python workers (and a committed checkpoint)")
         below = {p.pid for p in chaos.processes(app_id)}  # before the kill: then orphans
-        victim = chaos.wait_until(lambda: chaos.kill_one(app_id, kind), 30, f"a {kind} to kill")
+        victim = chaos.wait_for(lambda: chaos.kill_one(app_id, kind), 30, f"a {kind} to kill")
         if kind == "launch-script":
             # Its TaskExecutor does not run on outside the container YARN saw end.
             orphaned = {p.pid for p in chaos.processes(app_id) if p.pid in below
                         and p.container == victim.container}
-            chaos.wait_until(lambda: not orphaned & {p.pid for p in chaos.processes(app_id)},
+            chaos.wait_for(lambda: not orphaned & {p.pid for p in chaos.processes(app_id)},
                              30, "the killed launch script's TaskExecutor to end")
         _, rest = client.communicate(timeout=600)
     finally:
