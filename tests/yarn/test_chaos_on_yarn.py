@@ -78,3 +78,25 @@ def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(
         chaos.check_stream(f"{folder}/records", f"{folder}/sums")
     chaos.nothing_left(app_id)
     chaos.remove(folder)
+
+
+def test_an_application_yarn_kills_mid_job_leaves_no_process_behind(corpus, tmp_path):
+    """`yarn application -kill` (through YARN's REST API) in the Spark stage: YARN ends
+    the containers; the Spark JVMs, daemons, workers and reapers under them end too."""
+    folder = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
+    client = chaos.start(REPO, tmp_path / "chaos_wordcount.py", [corpus[0], f"{folder}/counts"],
+                         f"{TAG}-chaos")
+    stderr: list[str] = []
+    try:
+        app_id = chaos.application_id(client, stderr, timeout=300)
+        chaos.wait_for(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
+                       "the Spark stage's Python workers")
+        yarn_cluster.kill(app_id)
+        client.communicate(timeout=300)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode != 0
+    assert yarn_cluster.application_report(app_id)["state"] == "KILLED"
+    chaos.nothing_left(app_id)
+    chaos.remove(folder)
