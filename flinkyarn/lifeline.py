@@ -79,16 +79,25 @@ def die_with(watched: list[tuple[int, bytes]], what: str,
     `parent_death_signal`: the kernel signals the parent's end at once; only for a
     parent that does not start processes from threads which may end before it (the
     signal comes when the thread that forked us ends: a JVM's would send it early)."""
-    if not watched:
+    if not watched or not os.path.isdir("/proc/self"):  # not Linux: nothing to watch by
         return
-    if parent_death_signal:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent_death_signal and _set_parent_death_signal():
         if os.getppid() != watched[0][0]:  # the parent died before we asked
             _end(f"{what} (process {watched[0][0]}) ended")
         watched = watched[1:]
     if watched:
         threading.Thread(target=_watch, args=(watched, what), daemon=True,
                          name="lifeline").start()
+
+
+def _set_parent_death_signal() -> bool:
+    """Asks the kernel for SIGKILL when the parent ends; False where it cannot (the
+    parent is then watched as the others are)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def die_with_parent(parent: int, what: str) -> None:
