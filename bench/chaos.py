@@ -51,7 +51,7 @@ def one_round(number: int, folder: str, expected: dict[str, int], seconds: float
     try:
         app_id = chaos.application_id(client, said, timeout=300)
         chaos.wait_for(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
-                         "the Spark stage's Python workers")
+                       "the Spark stage's Python workers")
         start = time.monotonic()
         last_appmaster = start - APPMASTER_SPACING_S
         while time.monotonic() - start < seconds and client.poll() is None:

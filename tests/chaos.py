@@ -15,9 +15,10 @@ and in the AppMaster's container:
 A process belongs to the application when its environment has the CONTAINER_ID YARN
 gave one of the application's containers (what it starts inherits it).
 
-The job: a word count over a text corpus on HDFS whose Spark stage runs each word
-through a Python UDF (so Spark's daemon and workers exist), parallelism 2 over two
-TaskExecutor containers of one slot each; restarts allowed (fixed-delay).
+The jobs (per-job on YARN, parallelism 2 over two TaskExecutor containers of one slot
+each, restarts allowed): a word count over a text corpus on HDFS whose Spark stage runs
+each word through a Python UDF (so Spark's daemon and workers exist), and a
+checkpointed stream of numbered rows to an exactly-once sink and through a Spark stage.
 """
 
 from __future__ import annotations
@@ -100,7 +101,6 @@ OPTIONS = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s",
            "-D", "restart-strategy.type=fixed-delay",
            "-D", "restart-strategy.fixed-delay.attempts=1000",
            "-D", "restart-strategy.fixed-delay.delay=1 s",
-
            # YARN ends an application whose AppMaster fails twice within this interval
            # (its attempts, 2); lost further apart, it comes back each time.
            "-D", f"yarn.application-attempt-failures-validity-interval={VALIDITY_S:g} s"]

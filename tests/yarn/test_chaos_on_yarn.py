@@ -7,8 +7,8 @@ exactly-once sink and through a Spark stage. Once the Spark stage runs (Spark's 
 workers exist; for the stream, once a checkpoint committed records), one process of the
 kind is SIGKILLed; the job restarts (the stream from its latest checkpoint), or the
 AppMaster comes back as YARN's next attempt; the result is exact (every record once,
-the sums whole); after the application ends, no process of it runs on this machine. The random
-chaos runs (a process of any kind every 0-6 s for 60 s, five rounds) are in
+the sums whole); after the application ends, no process of it runs on this machine.
+The random chaos runs (a process of any kind every 0-6 s for 60 s, five rounds) are in
 bench/chaos.py: minutes each."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_a_process_killed_mid_job_leaves_the_job_exact_and_nothing_running(
             orphaned = {p.pid for p in chaos.processes(app_id) if p.pid in below
                         and p.container == victim.container}
             chaos.wait_for(lambda: not orphaned & {p.pid for p in chaos.processes(app_id)},
-                             30, "the killed launch script's TaskExecutor to end")
+                           30, "the killed launch script's TaskExecutor to end")
         _, rest = client.communicate(timeout=600)
     finally:
         if client.poll() is None:
