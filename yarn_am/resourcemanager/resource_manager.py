@@ -229,7 +229,10 @@ class ResourceManager(RpcEndpoint):
         """Refused for good (Rejected: the TaskExecutor exits) unless it runs as a worker
         the driver started for this ResourceManager and still runs as far as the
         platform says: a TaskExecutor orphaned by its container's end, or one no worker
-        of this attempt stands for, gets no slot to offer."""
+        of this attempt stands for, gets no slot to offer. Answered once the
+        ResourceManager has started: a worker the driver adopts then (a per-job
+        application's first container) may register as soon as it is published."""
+        await self.running.wait()
         resource_id = request.resource_id
         if request.worker_id != resource_id or request.worker_id not in self.workers:
             raise Rejected(f"TaskExecutor {resource_id} is not a running worker of "
