@@ -265,7 +265,7 @@ class SparkSessionProvider:
         """The pid of the running session's JVM (None before it starts, or if pyspark's
         JVM was not started by this provider)."""
         session = self._session
-        process = getattr(session.sparkContext._gateway, "proc", None) if session else None
+        process = _gateway_process(session.sparkContext._gateway) if session else None
         return process.pid if process is not None else None
 
     def start_in_background(self) -> None:
@@ -331,7 +331,7 @@ class SparkSessionProvider:
             # start must not reuse its gateway, whose every call would be refused.
             _discard_gateway(None)
             raise
-        jvm = getattr(session.sparkContext._gateway, "proc", None)  # None if pyspark's JVM was there before
+        jvm = _gateway_process(session.sparkContext._gateway)
         if jvm is not None:
             REAPER.watch_process(jvm.pid)
             if archive and self.class_data is not None:
@@ -359,6 +359,11 @@ class SparkSessionProvider:
         jvm.wait()
 
 
+def _gateway_process(gateway) -> subprocess.Popen | None:
+    """The JVM pyspark's gateway launched (None if pyspark found a JVM running)."""
+    return getattr(gateway, "proc", None)
+
+
 def _discard_gateway(session: SparkSession | None) -> None:
     """Makes pyspark launch a new JVM for the next session, after the JVM died or a
     start failed (with a JVM dead or half started: it is killed): pyspark keeps its
@@ -373,7 +378,7 @@ def _discard_gateway(session: SparkSession | None) -> None:
         with contextlib.suppress(Exception):  # the JVM is gone: its half fails
             session.sparkContext.stop()
     gateway = SparkContext._gateway
-    process = getattr(gateway, "proc", None)
+    process = _gateway_process(gateway)
     if process is not None and process.poll() is None:
         process.kill()
         process.wait()
