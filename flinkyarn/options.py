@@ -23,13 +23,32 @@ from flinkyarn.configuration import (
     STRING,
     Configuration,
     ConfigurationError,
+    OptionType,
     choice,
     integer,
     option,
+    parse_duration,
 )
 from flinkyarn.jobgraph import InvalidJobGraph, JobGraph
 
 PORT = integer(0, 65535)
+
+
+def _deadline(text: str) -> float | None:
+    """Seconds greater than 0, or None for empty text: no deadline."""
+    if not text.strip():
+        return None
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise ValueError("not greater than 0")
+    return seconds
+
+
+DEADLINE: OptionType[float | None] = OptionType(
+    "Duration",
+    "empty (no deadline) or a duration greater than 0 such as '10 min' or '1 h' (a plain number is milliseconds)",
+    _deadline)
+"""A deadline that may be left open (empty): in seconds, or None."""
 
 # TaskExecutor resources
 NUM_TASK_SLOTS = option(
@@ -202,6 +221,9 @@ EXECUTION_ATTACHED = option(
 YARN_APPLICATION_QUEUE = option(
     "yarn.application.queue", STRING, "default",
     "YARN queue applications are submitted to.")
+YARN_APPLICATION_START_TIMEOUT = option(
+    "yarn.application.start-timeout", DEADLINE, "",
+    "How long the client waits, from the submission, for YARN to start the application's AppMaster before it kills the application; empty: as long as it takes, as Flink's and Spark's clients do. YARN keeps an application ACCEPTED while its queue has no room for the AppMaster; the client says why after 10 s and then every 30 s. An AppMaster that YARN runs has at most 5 min to answer.")
 YARN_APPLICATION_NAME = option(
     "yarn.application.name", STRING, "",
     "Name of the YARN application; empty lets flinkyarn choose one.")

@@ -549,12 +549,22 @@ def _plain_site_files(layout: Layout, count: int) -> dict[str, dict[str, object]
         },
         "capacity-scheduler.xml": {
             # The ResourceManager does not start without this file.
-            "yarn.scheduler.capacity.root.queues": "default",
-            "yarn.scheduler.capacity.root.default.capacity": 100,
+            "yarn.scheduler.capacity.root.queues": "default,small",
+            "yarn.scheduler.capacity.root.default.capacity": 90,
             "yarn.scheduler.capacity.root.default.maximum-capacity": 100,
+            # One user may still take all of the cluster in default, as with 100 above.
+            "yarn.scheduler.capacity.root.default.user-limit-factor": 2,
             "yarn.scheduler.capacity.root.default.state": "RUNNING",
             "yarn.scheduler.capacity.root.default.acl_submit_applications": "*",
             "yarn.scheduler.capacity.root.default.acl_administer_queue": "*",
+            # A busy queue on demand (tests/yarn/test_busy_queue_on_yarn.py): room for one
+            # AppMaster, and an AM limit that keeps any second application ACCEPTED.
+            "yarn.scheduler.capacity.root.small.capacity": 10,
+            "yarn.scheduler.capacity.root.small.maximum-capacity": 10,
+            "yarn.scheduler.capacity.root.small.maximum-am-resource-percent": 0.1,
+            "yarn.scheduler.capacity.root.small.state": "RUNNING",
+            "yarn.scheduler.capacity.root.small.acl_submit_applications": "*",
+            "yarn.scheduler.capacity.root.small.acl_administer_queue": "*",
             # At the default 0.1, a second application waits in ACCEPTED forever.
             "yarn.scheduler.capacity.maximum-am-resource-percent": 0.5,
             "yarn.scheduler.capacity.resource-calculator":

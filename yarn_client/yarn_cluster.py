@@ -5,7 +5,9 @@ The client generates the cluster's certificates and keeps them under
 ~/.flinkyarn/applications/<application id>/ (with the REST address), so later commands
 (`list`, `cancel`, `session stop`, `run -t yarn-session`) can reach the AppMaster. Before
 submitting, it checks the request against the ResourceManager: the queue must exist and
-every container must fit its maximum allocation, else nothing is submitted.
+every container must fit its maximum allocation, else nothing is submitted. After
+submitting, it waits for the AppMaster as long as YARN keeps the application waiting for
+room in its queue (unless yarn.application.start-timeout says otherwise), and says why.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -23,13 +26,14 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import msgspec
 
 from flinkyarn import hadoop, kerberos, options, retry
 from flinkyarn.archive import JobArchive
-from flinkyarn.configuration import Configuration
+from flinkyarn.clock import Clock, SystemClock
+from flinkyarn.configuration import Configuration, format_duration
 from flinkyarn.gateways.dispatcher import TokenStatus
 from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
@@ -46,6 +50,16 @@ HOME = kerberos.client_home()
 
 
 KEYTAB = "flinkyarn-login.keytab"  # the AppMaster's copy of security.kerberos.login.keytab
+
+APPMASTER_START_TIMEOUT = 300.0
+"""Seconds an AppMaster that YARN runs has to answer: its start is ours, and bounded. How
+long YARN keeps an application waiting for room (ACCEPTED) is the queue's business:
+yarn.application.start-timeout, by default no bound."""
+FIRST_WAITING_REPORT = 10.0
+"""Seconds after the submission when the client first says why YARN keeps the
+application waiting (most start well before), ..."""
+WAITING_REPORT_INTERVAL = 30.0
+"""... and how often it says so again while YARN does."""
 
 
 class YarnDeploymentError(RuntimeError):
@@ -158,10 +172,17 @@ class _StartingDriver:
 
 
 class YarnClusterDescriptor:
-    def __init__(self, conf: Configuration, yarn: YarnOptions, out: TextIO = sys.stderr) -> None:
+    """Starts clusters on YARN. `clock` and `sleep` time and pace the wait for an
+    AppMaster (a test passes a ManualClock and its `advance`)."""
+
+    def __init__(self, conf: Configuration, yarn: YarnOptions, out: TextIO = sys.stderr,
+                 clock: Clock | None = None,
+                 sleep: Callable[[float], object] = time.sleep) -> None:
         self.conf = conf
         self.yarn = yarn
         self.out = out
+        self.clock = clock or SystemClock()
+        self.sleep = sleep
 
     # ------------------------------------------------------------------ resources
 
@@ -191,7 +212,7 @@ class YarnClusterDescriptor:
         check_request(self.yarn.queue, containers)
         extras = self._ship_files()
         staging = shipping.Staging(self.conf, self._say)
-        start = time.monotonic()
+        start = self.clock.monotonic()
         validity_ms = round(self.conf.get(options.YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL) * 1000)
         # Without Kerberos the client submits through the ResourceManager's REST API
         # (yarn_client/rest_submit.py); on a secure cluster skein's driver (a JVM:
@@ -250,15 +271,10 @@ class YarnClusterDescriptor:
             spec = self._spec(mode, graph, master_files, files, shipment, containers, cleanup)
             phases: dict[str, float] = {"uploaded bytes": float(shipment.uploaded_bytes)}
             app_id = self._submit(spec, staging, jar, driver, validity_ms, uploads)
-            phases["submitted"] = time.monotonic() - start
+            phases["submitted"] = self.clock.monotonic() - start
             self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
                       f"[{phases['submitted']:.1f} s]")
-            try:
-                rest_address, dashboard, tokens = self._wait_for_appmaster(app_id, start, phases)
-            except BaseException:
-                with contextlib.suppress(YarnDeploymentError):  # the first error says more
-                    kill(app_id)
-                raise
+            rest_address, dashboard, tokens = self.wait_for_appmaster(app_id, start, phases)
             up = True
             info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
                     "name": spec.name, "credentials": credentials,
@@ -385,19 +401,39 @@ class YarnClusterDescriptor:
                     f"--resource-manager skein-kv:flinkyarn.rpc_address "
                     f"--security-dir . -D taskmanager.host=$NM_HOST {properties}")))})
 
-    def _wait_for_appmaster(self, app_id: str, start: float, phases: dict[str, float],
-                            timeout: float = 300.0) -> tuple[str, str, TokenStatus | None]:
-        """Shows the start-up phases; returns (REST address, dashboard URL, what the
-        AppMaster says of its delegation tokens on a secure cluster)."""
-        seen = state = "SUBMITTED"
+    def wait_for_appmaster(self, app_id: str, start: float, phases: dict[str, float]
+                           ) -> tuple[str, str, TokenStatus | None]:
+        """Waits until the AppMaster of the submitted application `app_id` answers, showing
+        the start-up phases (seconds since `start` on self.clock, also into `phases`);
+        returns (REST address, dashboard URL, what the AppMaster says of its delegation
+        tokens on a secure cluster).
+
+        Until YARN runs the AppMaster (ACCEPTED: no room for it in its queue yet, or its
+        container has yet to register) it waits as long as yarn.application.start-timeout
+        allows, by default as long as it takes, and says why (`waiting_reason`)
+        FIRST_WAITING_REPORT s after the submission, then every WAITING_REPORT_INTERVAL s.
+        An AppMaster that YARN runs has APPMASTER_START_TIMEOUT s to answer. On any
+        failure, an interrupt too, it kills the application and raises:
+        YarnDeploymentError says what happened and what to do."""
+        key = options.YARN_APPLICATION_START_TIMEOUT.key
+        timeout = self.conf.get(options.YARN_APPLICATION_START_TIMEOUT)
+        deadline = retry.Deadline(timeout, self.clock)
+        next_report = self.clock.monotonic() + FIRST_WAITING_REPORT
+        seen = "SUBMITTED"
+        last: dict[str, Any] = {"state": seen}  # the latest application report
+        running_since: float | None = None
         clients: dict[str, Any] = {}  # by the AppMaster's address
+        # The first line says how long the client waits; the later ones need not.
+        bound = (f"; the client waits without a deadline ({key})" if timeout is None else
+                 f"; the client gives up {format_duration(timeout)} after the submission ({key})")
 
         def started() -> tuple[str, str, TokenStatus | None] | None:
-            nonlocal seen, state
-            report = application_report(app_id)
+            nonlocal seen, last, next_report, running_since, bound
+            report = last = application_report(app_id)
             state = report["state"]
+            now = self.clock.monotonic()
             if state != seen and state in ("ACCEPTED", "RUNNING"):
-                phases[state.lower()] = time.monotonic() - start
+                phases[state.lower()] = now - start
                 self._say(f"  {state.lower()} [{phases[state.lower()]:.1f} s]")
                 seen = state
             if state in TERMINAL:
@@ -405,7 +441,21 @@ class YarnClusterDescriptor:
                     f"{app_id} ended while starting: {report.get('finalStatus')}: "
                     f"{(report.get('diagnostics') or '').strip()}\n"
                     f"  logs: yarn logs -applicationId {app_id}")
-            if state != "RUNNING" or not report.get("amRPCAddress"):
+            if state != "RUNNING":
+                running_since = None  # a later attempt waits for room as the first did
+                if now >= next_report:
+                    self._say(f"  still {state} [{now - start:.1f} s]: "
+                              f"{self._waiting_reason(report)}{bound}")
+                    next_report, bound = now + WAITING_REPORT_INTERVAL, ""
+                return None
+            if running_since is None:
+                running_since = now
+            elif now - running_since > APPMASTER_START_TIMEOUT:
+                raise YarnDeploymentError(
+                    f"the AppMaster of {app_id} did not answer within "
+                    f"{APPMASTER_START_TIMEOUT:g} s of YARN running it; "
+                    f"logs: yarn logs -applicationId {app_id}")
+            if not report.get("amRPCAddress"):
                 return None
             address = report["amRPCAddress"]
             if address not in clients:
@@ -413,22 +463,100 @@ class YarnClusterDescriptor:
             values = clients[address].kv.get_prefix("flinkyarn.")
             if REST_ADDRESS_KEY not in values:
                 return None
-            phases["appmaster up"] = time.monotonic() - start
+            phases["appmaster up"] = self.clock.monotonic() - start
             self._say(f"  AppMaster up [{phases['appmaster up']:.1f} s]")
             tokens = values.get(kerberos.TOKEN_STATUS_KEY)
             return (values[REST_ADDRESS_KEY].decode(), values[DASHBOARD_KEY].decode(),
                     msgspec.json.decode(tokens, type=TokenStatus) if tokens else None)
 
         try:
-            return retry.poll_until(started, pauses=retry.Backoff.fixed(0.2),
-                                    deadline=retry.Deadline(timeout))
-        except retry.GaveUp:
-            raise YarnDeploymentError(f"{app_id} did not start within {timeout:g} s "
-                                      f"(state {state}); logs: yarn logs -applicationId {app_id}"
-                                      ) from None
+            try:
+                return retry.poll_until(started, pauses=retry.Backoff.fixed(0.2),
+                                        deadline=deadline, sleep=self.sleep)
+            except retry.GaveUp:
+                assert timeout is not None  # without one, only `started` ends the wait
+                state = last["state"]
+                why = ("YARN runs it, its AppMaster has not answered yet" if state == "RUNNING"
+                       else f"still {state}: {self._waiting_reason(last)}")
+                raise YarnDeploymentError(
+                    f"{app_id} did not start within {format_duration(timeout)} ({key}), so "
+                    f"it was killed; {why}. Raise {key}, or leave it empty to wait as long "
+                    f"as YARN keeps the application waiting; logs: yarn logs -applicationId "
+                    f"{app_id}") from None
+        except BaseException:
+            with contextlib.suppress(YarnDeploymentError):  # the first error says more
+                kill(app_id)
+            raise
+
+    def _waiting_reason(self, report: dict[str, Any]) -> str:
+        """`waiting_reason` of the application of `report`, with its queue as the
+        ResourceManager's scheduler shows it now (left out if it cannot say)."""
+        queue_name = report.get("queue") or self.yarn.queue
+        try:
+            scheduler = rm_get("/ws/v1/cluster/scheduler")["scheduler"]["schedulerInfo"]
+            queue = hadoop.leaf_queues(scheduler).get(queue_name)
+        except (YarnDeploymentError, hadoop.HadoopConfigError, KeyError, TypeError):
+            queue = None  # the line says what is known; the wait goes on
+        memory, vcores, _ = self._containers()["AppMaster"]
+        return waiting_reason(report.get("diagnostics") or "", queue_name, queue,
+                              (memory, vcores))
 
     def _say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
+
+
+def waiting_reason(diagnostics: str, queue_name: str, queue: dict[str, Any] | None,
+                   appmaster: tuple[int, int]) -> str:
+    """Why YARN keeps an application waiting, on one line: what YARN says (`diagnostics`
+    of its application report, without the time stamp and the details the queue's
+    figures give), its queue's use against the queue's limits (`queue`: its entry in the
+    ResourceManager's /ws/v1/cluster/scheduler, as hadoop.leaf_queues gives it; None:
+    not known), and what the AppMaster asks for (`appmaster`: MiB, vcores)."""
+    parts = []
+    headline = re.sub(r"^\s*\[[^\]]*\]", "", diagnostics).split(" Details :")[0]
+    said = " ".join(headline.split())
+    if said:
+        parts.append(f'YARN says "{said if len(said) <= 300 else said[:297] + "..."}"')
+    if queue is None:
+        parts.append(f"queue {queue_name}")
+    else:  # by its name, as the user gave it; the report has its path (root.etl)
+        parts.append(f"queue {queue.get('queueName') or queue_name}{_queue_use(queue)}")
+    memory, vcores = appmaster
+    parts.append(f"this AppMaster asks for {_resource({'memory': memory, 'vCores': vcores})}")
+    return "; ".join(parts)
+
+
+def _queue_use(queue: dict[str, Any]) -> str:
+    """What a leaf queue of the CapacityScheduler uses of its limits, its AppMasters of
+    theirs, and how many applications wait in it (", uses ... of at most ..., ..."), from
+    what its version of the REST API has: Hadoop 3.x gives the queue's effective maximum
+    in resources, older ones percentages of the cluster; the AppMasters' use and limit
+    are at the top (2.8 and later) or per partition."""
+    said = []
+    used, most = queue.get("resourcesUsed"), queue.get("maxEffectiveCapacity")
+    if used and most:
+        said.append(f" uses {_resource(used)} of at most {_resource(most)}")
+    elif "absoluteUsedCapacity" in queue and "absoluteMaxCapacity" in queue:
+        said.append(f" uses {queue['absoluteUsedCapacity']:.1f}% of the cluster, at most "
+                    f"{queue['absoluteMaxCapacity']:.1f}%")
+    am_used, am_limit = queue.get("usedAMResource"), queue.get("AMResourceLimit")
+    if not (am_used and am_limit):
+        partitions = (queue.get("resources") or {}).get("resourceUsagesByPartition") or []
+        default: dict[str, Any] = next((p for p in partitions if not p.get("partitionName")), {})
+        am_used, am_limit = default.get("amUsed"), default.get("amLimit")
+    if am_used and am_limit:
+        said.append(f" AppMasters {_resource(am_used)} of at most {_resource(am_limit)}")
+    waiting = queue.get("numPendingApplications")
+    if waiting:
+        said.append(f" {waiting} application{'s' if waiting != 1 else ''} waiting")
+    return ",".join(said)
+
+
+def _resource(resource: dict[str, Any]) -> str:
+    """A resource of YARN's REST API ({"memory": MiB, "vCores": n}) as "768 MiB/1 vcore"."""
+    vcores = resource.get("vCores")
+    return f"{resource.get('memory')} MiB" + (
+        f"/{vcores} vcore{'s' if vcores != 1 else ''}" if vcores is not None else "")
 
 
 # ------------------------------------------------------------ existing applications
