@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 import local_hadoop  # noqa: E402
 import skein  # noqa: E402
 
-from flinkyarn import hadoop  # noqa: E402
+from flinkyarn import hdfs  # noqa: E402
 from flinkyarn.configuration import Configuration  # noqa: E402
 from flinkyarn.job import JobBuilder  # noqa: E402
 from yarn_client import yarn_cluster  # noqa: E402
@@ -110,7 +110,7 @@ def main() -> None:
     finally:
         for app in yarn_cluster.flinkyarn_applications(tag=TAG):
             yarn_cluster.kill(app["id"])
-        filesystem = hadoop.hdfs()
+        filesystem = hdfs.filesystem()
         for folder in staging_folders:
             if filesystem.exists(folder):
                 filesystem.rm(folder, recursive=True)

@@ -1,7 +1,7 @@
 """What the rest of flinkyarn needs to know about the Hadoop cluster it runs on.
 
 Reads the client configuration in ``$HADOOP_CONF_DIR`` (the same files the Hadoop CLI
-and skein read) and opens HDFS through WebHDFS, which needs no native library.
+and skein read) and speaks to the ResourceManager's REST API; HDFS is flinkyarn/hdfs.py's.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from urllib.parse import urljoin, urlparse
 
 from flinkyarn import retry
 
-if TYPE_CHECKING:  # imported where used: most processes speak to neither
+if TYPE_CHECKING:  # imported where used: most processes never speak to the RM
     import requests
-    from fsspec.implementations.webhdfs import WebHDFS
 
 # Options of the JVMs we start that mostly wait (skein's driver and ApplicationMaster,
 # Spark's client-mode AM): the quick compiler only and the serial collector halve the
@@ -44,8 +43,8 @@ def conf_dir() -> Path:
     value = os.environ.get("HADOOP_CONF_DIR")
     if not value:
         raise HadoopConfigError(
-            "HADOOP_CONF_DIR is not set; for the local cluster run "
-            "`eval \"$(integration/cluster env)\"`")
+            "HADOOP_CONF_DIR is not set: export it as the folder of the cluster's Hadoop "
+            "client configuration (core-site.xml, hdfs-site.xml, yarn-site.xml)")
     path = Path(value)
     if not (path / "core-site.xml").is_file():
         raise HadoopConfigError(f"HADOOP_CONF_DIR={value} has no core-site.xml")
@@ -64,76 +63,6 @@ def site_properties(name: str, directory: Path | None = None) -> dict[str, str]:
 
 def default_fs(directory: Path | None = None) -> str:
     return site_properties("core-site.xml", directory).get("fs.defaultFS", "file:///")
-
-
-def https_only(directory: Path | None = None) -> bool:
-    """Whether the NameNode's web server (WebHDFS) speaks HTTPS only (dfs.http.policy)."""
-    policy = site_properties("hdfs-site.xml", directory).get("dfs.http.policy", "HTTP_ONLY")
-    return policy.upper() == "HTTPS_ONLY"
-
-
-def namenode_web_address(directory: Path | None = None) -> tuple[str, int]:
-    """(host, port) of the NameNode's web server, which serves WebHDFS: its HTTPS
-    address when dfs.http.policy is HTTPS_ONLY."""
-    secure = https_only(directory)
-    value = site_properties("hdfs-site.xml", directory).get(
-        "dfs.namenode.https-address" if secure else "dfs.namenode.http-address")
-    if not value:
-        host = urlparse(default_fs(directory)).hostname or "localhost"
-        return host, 9871 if secure else 9870
-    host, _, port = value.rpartition(":")
-    if host in ("", "0.0.0.0"):
-        host = urlparse(default_fs(directory)).hostname or "localhost"
-    return host, int(port)
-
-
-def hdfs(user: str | None = None, host: str | None = None, fresh: bool = False) -> WebHDFS:
-    """An fsspec filesystem for the cluster's HDFS, over WebHDFS, as Hadoop's own client
-    would speak to it: on a secure cluster (hadoop.security.authentication=kerberos)
-    with a delegation token where the process has one (a YARN container), else with the
-    user's Kerberos ticket (SPNEGO); over HTTPS, checked against the truststore of
-    ssl-client.xml, where the web servers speak only that. fsspec hands out one instance
-    per set of arguments; `fresh` makes one of its own (its own HTTP session and SPNEGO
-    state: what a thread needs that calls at the same time as others)."""
-    from fsspec.implementations.webhdfs import WebHDFS
-
-    from flinkyarn import kerberos
-
-    web_host, port = namenode_web_address()
-    tls: dict[str, object] = {}
-    if https_only():
-        tls.update(use_https=True, session_verify=kerberos.ca_bundle())
-    if fresh:
-        tls["skip_instance_cache"] = True
-    if not kerberos.security_enabled():
-        filesystem = WebHDFS(host=host or web_host, port=port, user=user or getpass.getuser(),
-                             **tls)
-    elif kerberos.hdfs_delegation_token() is not None:
-        filesystem = kerberos.delegated_webhdfs()(host=host or web_host, port=port, **tls)
-    else:
-        filesystem = WebHDFS(host=host or web_host, port=port, **tls)
-        filesystem.session.auth = kerberos.spnego_auth()
-    if isinstance(tls.get("session_verify"), str):
-        # requests lets REQUESTS_CA_BUNDLE in the environment override a session's own
-        # `verify`: the cluster's truststore must win.
-        filesystem.session.trust_env = False
-    return filesystem
-
-
-def delete(filesystem: WebHDFS, path: str) -> bool:
-    """Removes `path` (a folder with its contents) through WebHDFS `filesystem`; whether
-    there was anything to remove. A refusal raises (fsspec's `exists` would answer "not
-    there" to one, and its `rm` does not say whether it removed anything)."""
-    answer = filesystem._call("DELETE", method="delete", path=path, recursive="true")
-    return bool(answer.json().get("boolean"))
-
-
-def hdfs_path(url: str) -> str:
-    """The path part of an `hdfs://` URL, as WebHDFS wants it."""
-    parsed = urlparse(url)
-    if parsed.scheme != "hdfs":
-        raise ValueError(f"not an hdfs:// URL: {url!r}")
-    return parsed.path or "/"
 
 
 # ------------------------------------------------------- the ResourceManager's REST API

@@ -4,8 +4,10 @@
   client configuration ($HADOOP_CONF_DIR/core-site.xml), as for Hadoop's own clients.
 - Who we are: in a YARN container, the delegation tokens YARN localized for it (the file
   named by HADOOP_TOKEN_FILE_LOCATION, Hadoop's token storage format), or newer ones the
-  AppMaster handed over (`use_tokens`); elsewhere the user's Kerberos ticket (SPNEGO, via
-  GSSAPI: the ticket cache of `kinit`, or one made from a keytab by `login`).
+  AppMaster handed over (`install_tokens`: a file of our own that the variable then
+  names); elsewhere the user's Kerberos ticket (the ticket cache of `kinit`, or one made
+  from a keytab by `login`). HDFS (flinkyarn/hdfs.py) authenticates with either by
+  itself; the ResourceManager's web services with the ticket (SPNEGO, via GSSAPI).
 - Whom we trust: the web servers' certificates are checked against the truststore of
   ssl-client.xml (PKCS12), as Hadoop's Java clients check them.
 
@@ -18,11 +20,10 @@ import base64
 import functools
 import hashlib
 import os
-import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flinkyarn import hadoop, scratch
 from flinkyarn.configuration import Configuration
@@ -63,7 +64,7 @@ class Token:
 
     def url_string(self) -> str:
         """Hadoop's Token.encodeToUrlString: its Writable form, URL-safe base64 without
-        padding (what WebHDFS takes as `delegation`)."""
+        padding."""
         data = b"".join([_vint(len(self.identifier)), self.identifier,
                          _vint(len(self.password)), self.password,
                          _text(self.kind), _text(self.service)])
@@ -71,7 +72,7 @@ class Token:
 
     @classmethod
     def from_url_string(cls, text: str, alias: str = "") -> "Token":
-        """The inverse of url_string (what WebHDFS's GETDELEGATIONTOKEN answers)."""
+        """The inverse of url_string (what Hadoop's Java clients hand out)."""
         reader = _Reader(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
         identifier = reader.take(reader.vint())
         password = reader.take(reader.vint())
@@ -193,24 +194,15 @@ def _protobuf_token(body: _Reader) -> Token:
                  token.get(3, b"").decode(), token.get(4, b"").decode())
 
 
-_lock = threading.Lock()
-_handed_over: list[Token] | None = None
-
-
-def use_tokens(tokens: list[Token]) -> None:
-    """Newer tokens (from the AppMaster) replace those YARN localized, for every call of
-    every delegated_webhdfs() filesystem from now on."""
-    global _handed_over
-    with _lock:
-        _handed_over = list(tokens)
-
-
 def install_tokens(newer: list[Token], folder: Path) -> Path:
-    """Newer tokens for this process (`use_tokens`) and for the processes it starts from
-    now on (`write_token_file`, which HADOOP_TOKEN_FILE_LOCATION then names)."""
+    """Newer tokens for this process and for the processes it starts from now on: written
+    (`write_token_file`) where HADOOP_TOKEN_FILE_LOCATION then names them, and HDFS
+    clients made anew, which read them."""
+    from flinkyarn import hdfs
+
     target = write_token_file(newer, folder)
-    use_tokens(read_token_storage(target.read_bytes()))
     os.environ[TOKEN_FILE_VARIABLE] = str(target)
+    hdfs.forget_clients()
     return target
 
 
@@ -230,45 +222,21 @@ def write_token_file(newer: list[Token], folder: Path) -> Path:
 
 
 def container_tokens() -> list[Token]:
-    """The tokens this process has: handed over, else YARN's file; [] outside YARN."""
-    with _lock:
-        if _handed_over is not None:
-            return list(_handed_over)
+    """The tokens of the file HADOOP_TOKEN_FILE_LOCATION names; [] outside YARN."""
     path = os.environ.get(TOKEN_FILE_VARIABLE)
-    return list(_token_file(path)) if path else []
+    if not path:
+        return []
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return []
+    return list(_token_file(path, found.st_mtime_ns, found.st_size))
 
 
 @functools.lru_cache(maxsize=4)
-def _token_file(path: str) -> tuple[Token, ...]:
-    """The tokens of YARN's file, read once: YARN writes it before the process starts
-    (delegated_webhdfs() asks for the token on every call)."""
-    if not Path(path).is_file():
-        return ()
+def _token_file(path: str, mtime_ns: int, size: int) -> tuple[Token, ...]:
+    """The tokens of a token file, read once per version of it."""
     return tuple(read_token_storage(Path(path).read_bytes()))
-
-
-def hdfs_delegation_token() -> str | None:
-    """The URL form of this process's HDFS delegation token, if it has one."""
-    found = [t for t in container_tokens() if t.kind == HDFS_TOKEN_KIND]
-    return found[-1].url_string() if found else None
-
-
-@functools.cache
-def delegated_webhdfs() -> type:
-    """fsspec's WebHDFS, sending the process's current HDFS delegation token with every
-    call: a filesystem made before newer tokens were handed over (`use_tokens`) keeps
-    working. Made on first use (fsspec's WebHDFS imports requests: most processes never
-    speak WebHDFS)."""
-    from fsspec.implementations.webhdfs import WebHDFS
-
-    class DelegatedWebHDFS(WebHDFS):  # type: ignore[misc]  # fsspec has no type information
-        def _call(self, op: str, method: str = "get", path: str | None = None, data: Any = None,
-                  redirect: bool = True, **kwargs: Any) -> requests.Response:
-            self.pars["delegation"] = hdfs_delegation_token()
-            response: requests.Response = super()._call(op, method, path, data, redirect, **kwargs)
-            return response
-
-    return DelegatedWebHDFS
 
 
 # -------------------------------------------------------------------- tickets
@@ -276,7 +244,10 @@ def delegated_webhdfs() -> type:
 
 def spnego_auth() -> requests.auth.AuthBase:
     """requests' SPNEGO authentication with this process's Kerberos ticket."""
-    from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
+    try:
+        from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
+    except ImportError as error:
+        raise no_kerberos_support(error) from None
 
     check_ticket()
     auth: requests.auth.AuthBase = HTTPSPNEGOAuth(mutual_authentication=OPTIONAL)
@@ -285,7 +256,10 @@ def spnego_auth() -> requests.auth.AuthBase:
 
 def check_ticket() -> str:
     """The principal of the valid ticket in the current cache; else KerberosError."""
-    import gssapi
+    try:
+        import gssapi
+    except ImportError as error:
+        raise no_kerberos_support(error) from None
 
     try:
         credentials = gssapi.Credentials(usage="initiate")
@@ -329,7 +303,10 @@ def client_login(conf: Configuration) -> None:
 def login(keytab: str, principal: str, cache: Path) -> str:
     """A ticket for `principal` from `keytab` into the cache file `cache`, which becomes
     this process's (and its children's) KRB5CCNAME; returns the principal."""
-    import gssapi
+    try:
+        import gssapi
+    except ImportError as error:
+        raise no_kerberos_support(error) from None
 
     if not Path(keytab).is_file():
         raise KerberosError(f"security.kerberos.login.keytab: no such file: {keytab}")
@@ -348,6 +325,16 @@ def login(keytab: str, principal: str, cache: Path) -> str:
     os.chmod(cache, 0o600)
     os.environ["KRB5CCNAME"] = f"FILE:{cache}"
     return principal
+
+
+def no_kerberos_support(error: ImportError) -> KerberosError:
+    """What a secure cluster gets from a flinkyarn installed without its `kerberos`
+    extra (gssapi, requests-gssapi: SPNEGO and the keytab login), or whose gssapi does
+    not load (no libgssapi_krb5); `error` is the import's."""
+    return KerberosError(
+        f"the Hadoop cluster is secure (Kerberos) and this flinkyarn has no Kerberos support "
+        f"({first_line(error)}): pip install 'flinkyarn[kerberos]' (it builds against the "
+        f"MIT Kerberos headers: apt install libkrb5-dev / yum install krb5-devel)")
 
 
 def first_line(error: Exception) -> str:

@@ -56,7 +56,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from flinkyarn import hadoop, kerberos, options, retry
+from flinkyarn import hadoop, hdfs, kerberos, options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
 from taskexecutor import spark_daemon
@@ -67,8 +67,6 @@ from taskexecutor.task import TaskCancelled
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from fsspec.implementations.webhdfs import WebHDFS
 
     from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
 
@@ -252,7 +250,6 @@ class PySparkDriver:
         self._log_file: TextIO | None = None
         self._ended = threading.Event()
         self.spark_application: dict | None = None
-        self._filesystem: WebHDFS | None = None
 
     # ------------------------------------------------------------------ set-up
 
@@ -357,10 +354,8 @@ class PySparkDriver:
     def _fetch(self, url: str, target: Path) -> Path:
         """A copy (hdfs://) or a link (a local path) of `url` at `target`."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        if url.startswith("hdfs://"):
-            if self._filesystem is None:
-                self._filesystem = hadoop.hdfs()
-            self._filesystem.get(hadoop.hdfs_path(url), str(target))
+        if hdfs.is_hdfs(url):
+            hdfs.filesystem(url).get(hdfs.path_of(url), str(target))
         else:
             target.symlink_to(Path(url).resolve())
         return target

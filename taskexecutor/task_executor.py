@@ -25,7 +25,9 @@ import asyncio
 import collections
 import functools
 import logging
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from flinkyarn import kerberos, options, retry
@@ -294,8 +296,8 @@ class TaskExecutor(RpcEndpoint):
         processes it starts from now on (a PySpark driver, Spark's JVM) and for the JVM
         already running."""
         tokens = kerberos.read_token_storage(data)
-        if self.environment is None:
-            kerberos.use_tokens(tokens)
+        if self.environment is None:  # the process's own temporary folder (scratch.py)
+            kerberos.install_tokens(tokens, Path(tempfile.gettempdir()) / "tokens")
             return
         token_file = kerberos.install_tokens(tokens, self.environment.tmp_dir / "tokens")
         try:

@@ -1,4 +1,4 @@
-"""Submitting a skein application through the ResourceManager's REST API and WebHDFS,
+"""Submitting a skein application through the ResourceManager's REST API and HDFS,
 without skein's driver: a JVM that takes 2-3 s to start, on the critical path of every
 submit.
 
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from flinkyarn import hadoop
+from flinkyarn import hadoop, hdfs
 from yarn_client import shipping, skein_jar
 
 SKEIN_FOLDER = ".skein"
@@ -107,7 +107,7 @@ class Submission:
         """Writes the application's folder and submits `spec` (a skein.ApplicationSpec);
         returns the application id. `uploads` (target path: local file) are files of
         the client's that the specification names by their target's URL, written with
-        the folder's. Raises OSError (WebHDFS) or hadoop.ResourceManagerError; the
+        the folder's. Raises OSError (HDFS) or hadoop.ResourceManagerError; the
         caller discards the folder and the uploads then."""
         import skein
 
@@ -140,8 +140,7 @@ class Submission:
         # Every file and folder written here gets one modification time, chosen now
         # (YARN localizes a file only at the time its resource names): the
         # specification, which names them, goes up with the others, in one round of
-        # writes (a WebHDFS write of a small file can take 0.4 s, the DataNode's HDFS
-        # client waiting to close it).
+        # writes.
         mtime = int(time.time() * 1000)
         statuses = {uri(target): {"length": local.stat().st_size, "modificationTime": mtime}
                     for target, local in written.items()}
@@ -177,7 +176,7 @@ class Submission:
             master.files = {**resolved(master.files), CERT: cert, KEY: key,
                             JAR: file(self.jar.uri, "file", self.jar.visibility)}
             write(f"{self.folder}/{SPEC}", spec.to_protobuf().SerializeToString())
-            self.staging.fs._call("MKDIRS", "put", self.folder, permission="700")
+            self.staging.fs.client.mkdirs(self.folder, 0o700, True)
             self.staging.upload_new(written, mtime=mtime)
             for folder in folders:  # after their files: each write changes it
                 self.staging.set_time(folder, mtime)
@@ -212,10 +211,10 @@ class Submission:
         return self.app_id
 
     def _statuses(self, uris: set[str]) -> dict[str, dict[str, Any]]:
-        """WebHDFS's FileStatus of each of `uris`, asked at once."""
+        """The length and modification time of each of `uris`, asked at once."""
         def status(uri: str) -> dict[str, Any]:
-            fs = hadoop.hdfs(self.user, fresh=True)
-            return fs._call("GETFILESTATUS", path=hadoop.hdfs_path(uri)).json()["FileStatus"]
+            found = hdfs.filesystem(uri).client.get_file_info(hdfs.path_of(uri))
+            return {"length": found.length, "modificationTime": found.modification_time}
 
         with concurrent.futures.ThreadPoolExecutor(min(8, len(uris) or 1),
                                                    thread_name_prefix="status") as pool:

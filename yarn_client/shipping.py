@@ -21,7 +21,8 @@ gets there: only through YARN localization, from the cluster's default filesyste
 default filesystem. Archives are looked up first in `yarn.provided.lib.dirs`, where an
 admin may have put them: found there, nothing is uploaded.
 
-Everything here runs in the client, on its thread; HDFS is spoken over WebHDFS.
+Everything here runs in the client, on its thread; HDFS is spoken through hdfs-native
+(flinkyarn/hdfs.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import getpass
 import hashlib
 import importlib.metadata
 import importlib.util
-import io
 import json
 import os
 import py_compile
@@ -47,13 +47,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from flinkyarn import hadoop, options, runtime_check
+from flinkyarn import hadoop, hdfs, options, runtime_check
 from flinkyarn.configuration import ConfigOption, Configuration
 from taskexecutor import spark_daemon
 from taskexecutor.spark_cds import PORTABLE_PREFIX, SparkClassData
 
 if TYPE_CHECKING:
-    from fsspec.implementations.webhdfs import WebHDFS
+    from fsspec import AbstractFileSystem
 
 ENVIRONMENT_DIR = "environment"
 CODE_DIR = "flinkyarn-code"
@@ -113,29 +113,30 @@ class Shipment:
 # ----------------------------------------------------------------- the staging area
 
 
-def _no_auth(request):
-    return request
+def _staging_path(value: str) -> str:
+    """A path on the default filesystem from an option's value: an absolute path, or an
+    hdfs:// or viewfs:// URL (whose path is taken)."""
+    return hdfs.path_of(value) if hdfs.is_hdfs(value) else value.rstrip("/")
 
 
 class Staging:
-    """`<staging>` on the default filesystem, over WebHDFS."""
+    """`<staging>` on the default filesystem."""
 
     def __init__(self, conf: Configuration, say: Callable[[str], None] = print) -> None:
         self.user = getpass.getuser()
         root = conf.get(options.YARN_STAGING_DIRECTORY) or f"/user/{self.user}/.flinkyarn"
-        self.root = hadoop.hdfs_path(root) if root.startswith("hdfs://") else root.rstrip("/")
+        self.root = _staging_path(root)
         if not self.root.startswith("/"):
             raise ShippingError(f"{options.YARN_STAGING_DIRECTORY.key} must be an absolute "
                                 f"path or an hdfs:// URL, not {root!r}")
-        self.provided = [hadoop.hdfs_path(d) if d.startswith("hdfs://") else d.rstrip("/")
-                         for d in conf.get(options.YARN_PROVIDED_LIB_DIRS).split(",") if d.strip()]
+        self.provided = [_staging_path(d) for d in conf.get(options.YARN_PROVIDED_LIB_DIRS).split(",") if d.strip()]
         self.say = say
 
     @functools.cached_property
-    def fs(self) -> WebHDFS:
+    def fs(self) -> AbstractFileSystem:
         """Made on first use: a script with nothing to ship (pyspark.master=local) makes
-        none, nor imports its HTTP stack."""
-        return hadoop.hdfs(self.user)
+        none."""
+        return hdfs.filesystem()
 
     @property
     def cache(self) -> str:
@@ -152,7 +153,7 @@ class Staging:
     def _folder(self, conf: Configuration, option: ConfigOption[str], default: str) -> str:
         """A path on the default filesystem: the option's, or `default` in the staging root."""
         folder = conf.get(option) or f"{self.root}/{default}"
-        folder = hadoop.hdfs_path(folder) if folder.startswith("hdfs://") else folder.rstrip("/")
+        folder = _staging_path(folder)
         if not folder.startswith("/"):
             raise ShippingError(f"{option.key} must be an absolute path or an hdfs:// URL, "
                                 f"not {conf.get(option)!r}")
@@ -164,8 +165,8 @@ class Staging:
     def private_folder(self, path: str) -> None:
         """Creates `path` and the staging root, readable by this user only."""
         for folder in (self.root, path):
-            self.fs.makedirs(folder, exist_ok=True)
-            self.fs.chmod(folder, "700")
+            self.fs.client.mkdirs(folder, 0o700, True)
+            self.fs.client.set_permission(folder, 0o700)
 
     def find(self, name: str) -> str | None:
         for folder in (*self.provided, self.cache):
@@ -199,49 +200,53 @@ class Staging:
         a concurrent upload of the same content loses the rename harmlessly."""
         partial = f"{target}.partial-{uuid.uuid4().hex[:8]}"
         try:
-            self._write(self.fs, local, partial, mode)
+            self._write(local, partial, mode)
+            self.fs.client.rename(partial, target, False)
+        except FileExistsError:  # the other upload's rename won
+            self.remove_quietly(partial)
         except BaseException:
             self.remove_quietly(partial)
             raise
-        renamed = self.fs._call("RENAME", "put", partial, destination=target).json()
-        if not renamed.get("boolean"):
-            self.fs.rm(partial)
 
     def upload_new(self, files: dict[str, Path], mode: str = "600",
                    mtime: int | None = None) -> None:
         """Writes each local file of `files` to its target (the key) at once, for a folder
         of this submit alone that nothing reads before the submit: in place, without
-        upload's partial name and rename, and concurrently, each with a filesystem of
-        its own; with `mtime`, each file's modification time is set to it (ms since the
-        epoch). The caller removes the folder when this raises."""
+        upload's partial name and rename, and concurrently; with `mtime`, each file's
+        modification time is set to it (ms since the epoch). The caller removes the
+        folder when this raises."""
         def write(item: tuple[str, Path]) -> None:
             target, local = item
-            fs = hadoop.hdfs(self.user, fresh=True)
-            self._write(fs, local, target, mode)
+            self._write(local, target, mode)
             if mtime is not None:
-                self.set_time(target, mtime, fs)
+                self.set_time(target, mtime)
 
         with concurrent.futures.ThreadPoolExecutor(min(16, len(files) or 1),
                                                    thread_name_prefix="upload") as pool:
             for _ in pool.map(write, files.items()):  # the first error raises
                 pass
 
-    def set_time(self, path: str, mtime: int, fs=None) -> None:
-        """Sets `path`'s modification time (ms since the epoch), through `fs` if given."""
-        (fs or self.fs)._call("SETTIMES", "put", path, modificationtime=mtime, accesstime=-1)
+    def set_time(self, path: str, mtime: int) -> None:
+        """Sets `path`'s modification (and access) time, in ms since the epoch."""
+        self.fs.client.set_times(path, mtime, mtime)
 
-    def _write(self, fs, local: Path, target: str, mode: str) -> None:
-        """WebHDFS CREATE of `target` (never over an existing file) with `local`'s bytes."""
-        response = fs._call("CREATE", "put", target, redirect=False, overwrite="false",
-                            permission=mode)
-        location = fs._apply_proxy(response.headers["Location"])
-        with open(local, "rb") as data:
-            # The DataNode's URL carries what authenticates the write (on a secure
-            # cluster a delegation token the NameNode put in it): no SPNEGO there.
-            put = fs.session.put(location, data=_Progress(data, local.stat().st_size, self.say),
-                                 headers={"content-type": "application/octet-stream"},
-                                 auth=_no_auth)
-        put.raise_for_status()
+    def _write(self, local: Path, target: str, mode: str) -> None:
+        """Creates `target` (never over an existing file; its folder made if missing)
+        with `local`'s bytes, saying how far a long write is every 10 s."""
+        from hdfs_native import WriteOptions
+
+        settings = WriteOptions()
+        settings.overwrite, settings.create_parent = False, True
+        settings.permission = int(mode, 8)
+        size = local.stat().st_size
+        done, next_word = 0, time.monotonic() + 10.0
+        with open(local, "rb") as data, self.fs.client.create(target, settings) as out:
+            while chunk := data.read(8 << 20):
+                out.write(chunk)
+                done += len(chunk)
+                if time.monotonic() > next_word:
+                    self.say(f"    {done / 2**20:.0f} of {size / 2**20:.0f} MiB")
+                    next_word = time.monotonic() + 10.0
 
     def remove_quietly(self, path: str) -> None:
         """Best effort, on the way out of a failure that is the one to report."""
@@ -255,25 +260,6 @@ class Staging:
             local.write(data)
             local.flush()
             self.upload(Path(local.name), path)
-
-
-class _Progress(io.RawIOBase):
-    """A file object for requests that says how far a long upload is, every 10 s."""
-
-    def __init__(self, data, size: int, say: Callable[[str], None]) -> None:
-        self._data, self._size, self._say = data, size, say
-        self._done, self._next = 0, time.monotonic() + 10.0
-
-    def read(self, n: int = -1) -> bytes:
-        chunk = self._data.read(n if n and n > 0 else 1 << 20)
-        self._done += len(chunk)
-        if time.monotonic() > self._next:
-            self._say(f"    {self._done / 2**20:.0f} of {self._size / 2**20:.0f} MiB")
-            self._next = time.monotonic() + 10.0
-        return chunk
-
-    def __len__(self) -> int:
-        return self._size
 
 
 # ------------------------------------------------------------------ the environment
@@ -496,8 +482,8 @@ def check_python_options(conf: Configuration) -> None:
 
 
 def _user_archive(staging: Staging, path: str, name: str) -> Localized:
-    if path.startswith("hdfs://"):
-        if not staging.fs.exists(hadoop.hdfs_path(path)):
+    if hdfs.is_hdfs(path):
+        if not hdfs.filesystem(path).exists(hdfs.path_of(path)):
             raise ShippingError(f"{options.PYTHON_ARCHIVES.key}: no such file {path}")
         return Localized(name, path, "archive", "private")
     local = Path(path).expanduser()

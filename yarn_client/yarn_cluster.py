@@ -30,7 +30,7 @@ from typing import Any, Callable, TextIO
 
 import msgspec
 
-from flinkyarn import hadoop, kerberos, options, retry
+from flinkyarn import hadoop, hdfs, kerberos, options, retry
 from flinkyarn.archive import JobArchive
 from flinkyarn.clock import Clock, SystemClock
 from flinkyarn.configuration import Configuration, format_duration
@@ -237,9 +237,9 @@ class YarnClusterDescriptor:
                     uploads[f"{credentials}/{KEYTAB}"] = keytab
                 if driver is not None:  # else written with the application's folder
                     staging.upload_new(uploads)
-            except OSError as error:  # WebHDFS: refused, unreachable, permission denied
-                raise YarnDeploymentError(
-                    f"cannot ship to {staging.uri(staging.root)}: {error}") from None
+            except OSError as error:  # HDFS: refused, unreachable, permission denied
+                raise YarnDeploymentError(f"cannot ship to {staging.uri(staging.root)}: "
+                                          f"{hdfs.first_line(error)}") from None
             # Localized from the staging folder, readable by this user only: nothing
             # else carries the cluster's keys. Each role gets its own (security.py): the
             # AppMaster the authority's key, a TaskExecutor the TaskExecutors' certificate
@@ -313,8 +313,9 @@ class YarnClusterDescriptor:
         except BaseException as error:
             if submission is not None:
                 submission.discard()
-            if isinstance(error, OSError):  # WebHDFS or the ResourceManager refused
-                raise YarnDeploymentError(f"cannot submit to YARN: {error}") from None
+            if isinstance(error, OSError):  # HDFS or the ResourceManager refused
+                raise YarnDeploymentError(
+                    f"cannot submit to YARN: {hdfs.first_line(error)}") from None
             raise
 
     def _keytab(self) -> Path | None:
@@ -660,9 +661,9 @@ def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str
         info = json.loads(staging.fs.cat_file(index))
     except FileNotFoundError:
         return []
-    skein_folder = f"{staging.fs.home_directory()}/.skein/{app_id}"
+    skein_folder = f"{hdfs.home()}/.skein/{app_id}"
     paths = [info["credentials"], *filter(None, [info.get("job_store")]), index, skein_folder]
-    return [path for path in paths if hadoop.delete(staging.fs, path)]
+    return [path for path in paths if hdfs.delete(staging.fs, path)]
 
 
 def archives(conf: Configuration | None = None) -> list[JobArchive]:

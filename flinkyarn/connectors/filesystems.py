@@ -1,12 +1,12 @@
 """Paths and URLs to pyarrow filesystems.
 
-    local paths, file:///path           pyarrow.fs.LocalFileSystem
-    hdfs://host:port/path, hdfs:///path  HDFS over WebHDFS (fsspec), wrapped for pyarrow
+    local paths, file:///path             pyarrow.fs.LocalFileSystem
+    hdfs://nameservice/path, hdfs:///path  HDFS through hdfs-native (flinkyarn/hdfs.py),
+    viewfs://cluster/path                  wrapped for pyarrow
 
-For `hdfs://` the NameNode's web address comes from the Hadoop client configuration in
-$HADOOP_CONF_DIR (flinkyarn.hadoop): its port always, its host when the URL names none.
-WebHDFS needs no native library and no JVM; it talks HTTP to the NameNode and DataNodes.
-Any other scheme raises ValueError.
+`hdfs:///path` is on the default filesystem of the Hadoop client configuration in
+$HADOOP_CONF_DIR; a nameservice, a NameNode's host:port or a viewfs mount table is
+resolved as Hadoop's own client resolves it. Any other scheme raises ValueError.
 
 Functions here are pure apart from the filesystem calls and safe to call from any thread.
 """
@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from flinkyarn import hadoop
+from flinkyarn import hdfs
 
 
 def normalize(path: str | os.PathLike[str]) -> str:
@@ -32,23 +32,18 @@ def normalize(path: str | os.PathLike[str]) -> str:
 
 
 def resolve(path: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path within it) for a local path or a `file://` / `hdfs://` URL."""
+    """(filesystem, path within it) for a local path or a `file://`, `hdfs://` or
+    `viewfs://` URL."""
     text = os.fspath(path)
     if "://" not in text:
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(text))
     url = urlparse(text)
     if url.scheme == "file":
         return pafs.LocalFileSystem(), url.path or "/"
-    if url.scheme == "hdfs":
-        return hdfs_filesystem(url.hostname), hadoop.hdfs_path(text)
+    if url.scheme in hdfs.SCHEMES:
+        return pafs.PyFileSystem(pafs.FSSpecHandler(hdfs.filesystem(text))), hdfs.path_of(text)
     raise ValueError(f"unsupported filesystem {url.scheme!r} in {text!r}: "
-                     "use a local path, file:// or hdfs://")
-
-
-def hdfs_filesystem(host: str | None = None) -> pafs.FileSystem:
-    """HDFS over WebHDFS at `host` (default: the configured NameNode) and the configured
-    NameNode web port, as a pyarrow filesystem (secure clusters: flinkyarn.hadoop.hdfs)."""
-    return pafs.PyFileSystem(pafs.FSSpecHandler(hadoop.hdfs(host=host)))
+                     "use a local path, file://, hdfs:// or viewfs://")
 
 
 def list_files(fs: pafs.FileSystem, path: str) -> list[str]:
@@ -90,8 +85,8 @@ def replace(fs: pafs.FileSystem, source: str, target: str) -> None:
 def rename(fs: pafs.FileSystem, source: str, target: str) -> None:
     """Renames the file or folder `source` to `target`, which must not exist (on HDFS
     a folder renamed onto an existing folder would move inside it). Raises OSError
-    naming both if afterwards `target` is missing or `source` is still there: WebHDFS
-    answers a failed rename with `false` instead of an error."""
+    naming both if afterwards `target` is missing or `source` is still there (HDFS may
+    answer a failed rename with `false` instead of an error)."""
     fs.move(source, target)
     after = fs.get_file_info([source, target])
     if after[0].type != pafs.FileType.NotFound or after[1].type == pafs.FileType.NotFound:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from flinkyarn import hadoop
+from flinkyarn import hadoop, hdfs
 
 
 def write(directory, name, props):
@@ -10,10 +10,22 @@ def write(directory, name, props):
     (directory / name).write_text(f"<configuration>{rows}</configuration>")
 
 
-def test_namenode_web_address_falls_back_to_default_fs_host(tmp_path):
-    write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn.example:8020"})
-    write(tmp_path, "hdfs-site.xml", {"dfs.namenode.http-address": "0.0.0.0:50070"})
-    assert hadoop.namenode_web_address(tmp_path) == ("nn.example", 50070)
+def test_a_url_without_cluster_is_on_the_default_filesystem(tmp_path, monkeypatch):
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://prod-ns"})
+    assert hdfs._cluster("hdfs:///a/b") == "hdfs://prod-ns"
+    assert hdfs._cluster(None) == "hdfs://prod-ns"
+    assert hdfs._cluster("hdfs://other-ns/x") == "hdfs://other-ns"
+    assert hdfs._cluster("viewfs://cluster/x") == "viewfs://cluster"
+    with pytest.raises(hadoop.HadoopConfigError, match="names no cluster.*hdfs://prod-ns"):
+        hdfs._cluster("viewfs:///x")
+
+
+def test_a_local_default_filesystem_is_no_cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    write(tmp_path, "core-site.xml", {"fs.defaultFS": "file:///"})
+    with pytest.raises(hadoop.HadoopConfigError, match="'file:///', not an hdfs:// or viewfs://"):
+        hdfs._cluster(None)
 
 
 def test_missing_conf_dir_names_the_variable(monkeypatch):
@@ -28,7 +40,8 @@ def test_conf_dir_without_core_site_is_refused(tmp_path, monkeypatch):
         hadoop.conf_dir()
 
 
-def test_hdfs_path_rejects_other_schemes():
-    assert hadoop.hdfs_path("hdfs://127.0.0.1:8020/a/b") == "/a/b"
-    with pytest.raises(ValueError, match="not an hdfs:// URL"):
-        hadoop.hdfs_path("s3://bucket/key")
+def test_path_of_rejects_other_schemes():
+    assert hdfs.path_of("hdfs://127.0.0.1:8020/a/b") == "/a/b"
+    assert hdfs.path_of("viewfs://cluster/a") == "/a"
+    with pytest.raises(ValueError, match="not an hdfs:// or viewfs:// URL"):
+        hdfs.path_of("s3://bucket/key")

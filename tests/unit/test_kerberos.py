@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from flinkyarn import kerberos, options
+from flinkyarn import hdfs, kerberos, options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.kerberos import Token, _text, _vint
 from tests.unit.test_hadoop_conf import write
@@ -30,9 +30,8 @@ def hdfs_token(max_ms: int = 1_800_000_000_000, service: str = "nn:8020", passwo
 
 @pytest.fixture(autouse=True)
 def no_handed_over_tokens(monkeypatch):
-    """install_tokens sets the process's token state: undone after each test (setenv
+    """install_tokens sets the process's token file: undone after each test (setenv
     first, so that monkeypatch removes a variable that was not there)."""
-    monkeypatch.setattr(kerberos, "_handed_over", None)
     monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, "")
     monkeypatch.delenv(kerberos.TOKEN_FILE_VARIABLE)
 
@@ -51,7 +50,7 @@ def test_a_garbled_token_file_is_refused_with_a_reason():
         kerberos.read_token_storage(kerberos.write_token_storage([hdfs_token()])[:30])
 
 
-def test_url_string_round_trips_as_webhdfs_hands_it_out():
+def test_url_string_round_trips_as_hadoop_encodes_it():
     token = hdfs_token()
     text = token.url_string()
     assert "=" not in text and "+" not in text and "/" not in text
@@ -77,8 +76,13 @@ def test_installed_tokens_replace_those_of_their_kind_and_service_only(tmp_path,
     assert stat.S_IMODE(written.parent.stat().st_mode) == 0o700
     assert kerberos.read_token_storage(written.read_bytes()) == [new, other]
     assert kerberos.container_tokens() == [new, other]
-    assert kerberos.hdfs_delegation_token() == new.url_string()
     assert list(written.parent.iterdir()) == [written]  # no partial file left
+    # Rewritten in place (the same name): read again, and HDFS clients made anew.
+    generation = hdfs._generation
+    newest = hdfs_token(password=b"newest")
+    kerberos.install_tokens([newest], tmp_path / "tokens")
+    assert kerberos.container_tokens() == [newest, other]
+    assert hdfs._generation == generation + 1
 
 
 def test_renewal_time_ratio_must_be_a_fraction():
@@ -190,4 +194,3 @@ def test_a_round_that_hadoop_refuses_says_what_java_said(tmp_path, monkeypatch):
 def test_the_token_state_of_the_tests_above_is_undone():
     """(A leaked token file would be every later test's HDFS identity.)"""
     assert kerberos.TOKEN_FILE_VARIABLE not in os.environ
-    assert kerberos._handed_over is None

@@ -69,7 +69,6 @@ def test_configuration_has_what_yarn_needs_on_a_small_machine(layout):
     assert str(layout.lib) in yarn["yarn.application.classpath"]
     # The files our own Hadoop client helper reads agree with the daemons' addresses.
     assert hadoop.default_fs(layout.conf) == local_hadoop.DEFAULT_FS
-    assert hadoop.namenode_web_address(layout.conf) == (local_hadoop.HOST, 9870)
 
 
 def test_yarn_command_prints_the_globbed_classpath_skein_asks_for(layout):

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
-from flinkyarn import Pipeline, hadoop
+from flinkyarn import Pipeline, hdfs
 from flinkyarn.connectors.filesystems import resolve
 from tests import chaos
 from tests.local import jobs
@@ -95,7 +95,7 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
     report = yarn_cluster.application_report(app_id)
     user = os.environ.get("USER") or "root"
     # The job store went with the application (or with the client, after the last kill).
-    assert not hadoop.hdfs().exists(f"/user/{user}/.flinkyarn/ha/{app_id}")
+    assert not hdfs.filesystem().exists(f"/user/{user}/.flinkyarn/ha/{app_id}")
     if kills == 2 and window == "10 min":  # ample: attempt 2 takes a minute or more under load
         assert client.returncode == 1, stderr[-3000:]
         assert (report["state"], report["finalStatus"]) == ("FAILED", "FAILED")

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
-from flinkyarn import hadoop
+from flinkyarn import hadoop, hdfs
 from flinkyarn.connectors.filesystems import resolve
 from yarn_client import yarn_cluster
 
@@ -98,7 +98,7 @@ def corpus(user_ticket, tmp_path):
     """A corpus on HDFS: (its folder's URL, the exact word counts)."""
     base, expected = write_corpus(tmp_path)
     yield base, expected
-    hadoop.hdfs().rm(hadoop.hdfs_path(base), recursive=True)
+    hdfs.filesystem().rm(hdfs.path_of(base), recursive=True)
 
 
 def write_corpus(folder: Path) -> tuple[str, collections.Counter]:
@@ -106,9 +106,9 @@ def write_corpus(folder: Path) -> tuple[str, collections.Counter]:
     local = folder / "corpus.txt"
     make_corpus.write_corpus(local, 0.05, seed=5)
     base = f"{hadoop.default_fs().rstrip('/')}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
-    filesystem = hadoop.hdfs()
-    filesystem.makedirs(hadoop.hdfs_path(f"{base}/in"), exist_ok=True)
-    with filesystem.open(hadoop.hdfs_path(f"{base}/in/corpus.txt"), "wb") as out:
+    filesystem = hdfs.filesystem()
+    filesystem.makedirs(hdfs.path_of(f"{base}/in"), exist_ok=True)
+    with filesystem.open(hdfs.path_of(f"{base}/in/corpus.txt"), "wb") as out:
         out.write(local.read_bytes())
     return base, collections.Counter(re.findall(r"[a-z0-9]+", local.read_text().lower()))
 
@@ -187,7 +187,7 @@ def aging_sessions(secure_hadoop, tmp_path_factory):
         yarn_cluster.kill(app["id"])
     os.environ["KRB5CCNAME"] = f"FILE:{ticket}"
     try:
-        hadoop.hdfs().rm(hadoop.hdfs_path(base), recursive=True)
+        hdfs.filesystem().rm(hdfs.path_of(base), recursive=True)
     finally:
         if saved is None:
             os.environ.pop("KRB5CCNAME", None)

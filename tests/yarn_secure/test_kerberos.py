@@ -12,7 +12,7 @@ import time
 import pytest
 
 import kdc
-from flinkyarn import hadoop
+from flinkyarn import hdfs
 from tests.yarn_secure.conftest import FAST, TAG, flinkyarn, kinit, read_counts
 from yarn_client import yarn_cluster
 
@@ -52,15 +52,15 @@ def test_per_job_wordcount_reads_and_writes_hdfs_with_the_applications_tokens(co
     # gave their containers.
     assert read_counts(f"{base}/out") == expected
     # The staging folder, with the application's keys, is the user's alone.
-    filesystem = hadoop.hdfs()
+    filesystem = hdfs.filesystem()
     staging = f"/user/{getpass.getuser()}/.flinkyarn"
-    assert filesystem.info(staging)["permission"] == "700"
+    assert filesystem.info(staging)["permission"] == 0o700
 
 
 def test_a_token_file_hadoop_wrote_is_read_and_opens_hdfs_without_a_ticket(
         user_ticket, tmp_path, monkeypatch):
     """What a container does: Hadoop's own token file (here from `hdfs fetchdt`, as YARN
-    writes container_tokens), read by flinkyarn.kerberos, authenticates WebHDFS."""
+    writes container_tokens), read by flinkyarn.kerberos, authenticates HDFS (hdfs-native)."""
     from flinkyarn import kerberos
 
     token_file = tmp_path / "tokens"
@@ -76,8 +76,8 @@ def test_a_token_file_hadoop_wrote_is_read_and_opens_hdfs_without_a_ticket(
     assert kerberos.write_token_storage([token]) == token_file.read_bytes()
     monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'empty-cache'}")
     with pytest.raises(kerberos.KerberosError, match="holds no valid ticket"):
-        hadoop.hdfs()
+        hdfs.filesystem()
     monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, str(token_file))
-    filesystem = hadoop.hdfs()
+    filesystem = hdfs.filesystem()
     assert f"/user/{getpass.getuser()}" in filesystem.ls("/user", detail=False)
 

@@ -28,7 +28,7 @@ import re
 import time
 
 import kdc
-from flinkyarn import hadoop
+from flinkyarn import hdfs
 from tests.yarn.test_pyspark_on_yarn import EXAMPLES, printed
 from tests.yarn_secure.conftest import AgingSessions, flinkyarn, read_counts, session_id
 from yarn_client import yarn_cluster
@@ -63,11 +63,11 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
             in plain_start.stderr, plain_start.stderr[-3000:]
 
         # The keytab went to the staging folder owner-only, next to the cluster's keys.
-        filesystem = hadoop.hdfs()
+        filesystem = hdfs.filesystem()
         index = f"/user/{getpass.getuser()}/.flinkyarn/applications/{renewing}.json"
         staged = f"{json.loads(filesystem.cat(index))['credentials']}/{KEYTAB_NAME}"
-        assert filesystem.info(staged)["permission"] == "600"
-        assert filesystem.info(staged.rsplit("/", 1)[0])["permission"] == "700"
+        assert filesystem.info(staged)["permission"] == 0o600
+        assert filesystem.info(staged.rsplit("/", 1)[0])["permission"] == 0o700
 
         first = aging.first
         assert first is not None and first.returncode == 0, first and first.stderr[-4000:]
@@ -90,7 +90,7 @@ def test_a_session_with_a_keytab_outlives_its_tokens_and_one_without_says_when_i
                            renewing, *identity, "--pyspark", str(EXAMPLES / "wordcount.py"),
                            f"{base}/in/corpus.txt")
         assert script.returncode == 0, script.stderr[-4000:]
-        text = filesystem.cat(hadoop.hdfs_path(f"{base}/in/corpus.txt")).decode()
+        text = filesystem.cat(hdfs.path_of(f"{base}/in/corpus.txt")).decode()
         words = collections.Counter(w for line in text.splitlines() for w in line.split(" "))
         assert sorted(printed(script.stdout)) == sorted(f"{w}: {n}" for w, n in words.items())
         assert re.search(r"Spark application application_\d+_\d+", script.stderr)

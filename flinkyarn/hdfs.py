@@ -1,0 +1,151 @@
+"""HDFS as flinkyarn's processes speak it: through hdfs-native, a client of HDFS's own
+protocols (the NameNode's RPC, the DataNodes' data transfer) written in Rust.
+
+It reads the cluster's core-site.xml and hdfs-site.xml from $HADOOP_CONF_DIR as Hadoop's
+Java client does, and with them:
+- a nameservice (`hdfs://prod-ns`, dfs.nameservices and dfs.ha.namenodes.*): it asks
+  the NameNodes in turn and goes on with the active one, also after a failover;
+- a `viewfs://` mount table (fs.viewfs.mounttable.*);
+- a secure cluster (hadoop.security.authentication=kerberos): SASL with the process's
+  HDFS delegation token where it has one (a YARN container: the file that
+  HADOOP_TOKEN_FILE_LOCATION names, read again for each new connection), else with its
+  Kerberos ticket (KRB5CCNAME, through the system's libgssapi_krb5); block access tokens
+  and SASL with the DataNodes;
+- reads and writes straight from and to the DataNodes.
+
+`filesystem` hands out one fsspec filesystem per cluster (scheme and authority), process
+and identity; pyarrow gets it wrapped (connectors/filesystems.py). A client is safe to use
+from any thread. One made before a fork is never used after it (its runtime's threads do
+not survive one): each process makes its own.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from flinkyarn import hadoop
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+# The schemes this module serves; a URL of another goes elsewhere (connectors/filesystems).
+SCHEMES = ("hdfs", "viewfs")
+
+_lock = threading.Lock()
+_clients: dict[tuple[Any, ...], AbstractFileSystem] = {}
+# Bumped when the process is handed newer delegation tokens (kerberos.use_tokens): the
+# next filesystem asked for is a new client that authenticates with them.
+_generation = 0
+
+
+def is_hdfs(url: str) -> bool:
+    """Whether `url` names a file of a Hadoop filesystem this module serves."""
+    return urlparse(url).scheme in SCHEMES
+
+
+def path_of(url: str) -> str:
+    """The path part of an `hdfs://` or `viewfs://` URL, as a filesystem of `filesystem`
+    takes it."""
+    parsed = urlparse(url)
+    if parsed.scheme not in SCHEMES:
+        raise ValueError(f"not an hdfs:// or viewfs:// URL: {url!r}")
+    return parsed.path or "/"
+
+
+def filesystem(url: str | None = None) -> AbstractFileSystem:
+    """The fsspec filesystem of the Hadoop filesystem `url` is on (its scheme and
+    authority; `hdfs:///path` and None: the default filesystem, fs.defaultFS)."""
+    from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
+
+    cluster = _cluster(url)
+    key = (cluster, os.getpid(), _generation, os.environ.get("HADOOP_TOKEN_FILE_LOCATION"),
+           os.environ.get("KRB5CCNAME"), os.environ.get("HADOOP_USER_NAME"))
+    with _lock:
+        found = _clients.get(key)
+        if found is None:
+            for stale in [k for k in _clients if k[0] == cluster]:
+                del _clients[stale]  # another process's, or an older identity's
+            _check_identity()
+            parsed = urlparse(cluster)
+            kind = ViewfsFileSystem if parsed.scheme == "viewfs" else HdfsFileSystem
+            found = kind(parsed.hostname, parsed.port, skip_instance_cache=True,
+                         **_client_configuration())
+            _clients[key] = found
+        return found
+
+
+def _cluster(url: str | None) -> str:
+    """scheme://authority of the filesystem `url` is on; fs.defaultFS for none."""
+    parsed = urlparse(url) if url else None
+    if parsed is None or not parsed.netloc:
+        default = urlparse(hadoop.default_fs())
+        if parsed is not None and parsed.scheme != default.scheme:
+            raise hadoop.HadoopConfigError(
+                f"{url} names no cluster and the default filesystem (fs.defaultFS in "
+                f"{hadoop.conf_dir()}/core-site.xml) is {hadoop.default_fs()}")
+        if default.scheme not in SCHEMES or not default.netloc:
+            raise hadoop.HadoopConfigError(
+                f"the default filesystem (fs.defaultFS in {hadoop.conf_dir()}/core-site.xml) "
+                f"is {hadoop.default_fs()!r}, not an hdfs:// or viewfs:// cluster")
+        parsed = default
+    if parsed.scheme not in SCHEMES:
+        raise ValueError(f"not an hdfs:// or viewfs:// URL: {url!r}")
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def _check_identity() -> None:
+    """On a secure cluster, that the process has an HDFS delegation token or a valid
+    Kerberos ticket: else one KerberosError saying what to do (hdfs-native would fail
+    each call with GSSAPI's words)."""
+    from flinkyarn import kerberos
+
+    if kerberos.security_enabled() and not any(
+            t.kind == kerberos.HDFS_TOKEN_KIND for t in kerberos.container_tokens()):
+        kerberos.check_ticket()
+
+
+def _client_configuration() -> dict[str, str]:
+    """What hdfs-native is given besides the site files it reads from $HADOOP_CONF_DIR
+    (conf_dir checks that there is one, with a clear error): nothing yet."""
+    hadoop.conf_dir()
+    return {}
+
+
+def forget_clients() -> None:
+    """The next `filesystem` call makes new clients: newer delegation tokens were handed
+    over (kerberos.use_tokens)."""
+    global _generation
+    with _lock:
+        _generation += 1
+        _clients.clear()
+
+
+def home() -> str:
+    """This process's user's home folder on the default filesystem, as Hadoop names it:
+    /user/<HADOOP_USER_NAME, else the login user>."""
+    return f"/user/{os.environ.get('HADOOP_USER_NAME') or getpass.getuser()}"
+
+
+def delete(fs: AbstractFileSystem, path: str) -> bool:
+    """Removes `path` (a folder with its contents); whether there was anything to
+    remove. A refusal raises (PermissionError, OSError)."""
+    removed: bool = fs.client.delete(path, True)
+    return removed
+
+
+def first_line(error: BaseException) -> str:
+    """What an error says, without the NameNode's Java stack trace that hdfs-native puts
+    after the first line of a refusal."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def file_status(fs: AbstractFileSystem, path: str) -> dict[str, Any]:
+    """The NameNode's status of `path` (size, modification time in ms, ...) as fsspec's
+    `info` gives it; FileNotFoundError when there is none."""
+    info: dict[str, Any] = fs.info(path)
+    return info
