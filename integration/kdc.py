@@ -90,7 +90,7 @@ class Kdc:
                                                        Path(java_home, "bin", p).exists())]
         if missing:
             raise KdcError(f"--secure needs the MIT Kerberos programs: missing "
-                           f"{', '.join(missing)}; integration/bootstrap installs them")
+                           f"{', '.join(missing)}; integration/bootstrap --tests installs them")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.folder.chmod(0o700)
         self._write_config()

@@ -6,7 +6,7 @@ so a page polling every 2 s polls 2-3 times in a 5 s budget whatever the machine
 speed), then dumps the DOM or takes a screenshot, and quits.
 
 Chromium is a requirement of the test tiers that use it, not an option: when it is
-missing, `BrowserMissing` says to run integration/bootstrap, which installs it.
+missing, `BrowserMissing` says to run integration/bootstrap --tests, which installs it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def chromium() -> str:
     path = shutil.which("chromium")
     if path is None:
         raise BrowserMissing("Chromium is not installed (no `chromium` on PATH); run "
-                             "integration/bootstrap, which installs Debian's chromium package")
+                             "integration/bootstrap --tests, which installs Debian's "
+                             "chromium package")
     return path
 
 
