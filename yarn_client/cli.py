@@ -655,8 +655,9 @@ def logs(application_id: str, job_id: str | None, conf: Configuration) -> None:
     try:
         process = subprocess.run(command, capture_output=True, text=True, timeout=300)
     except FileNotFoundError:
-        click.echo("error: the `yarn` command is not on PATH (for the local Hadoop: "
-                   "eval \"$(integration/cluster env)\")", err=True)
+        click.echo("error: the `yarn` command is not on PATH: `flinkyarn logs` runs Hadoop's "
+                   "`yarn logs` (put the bin folder of the cluster's Hadoop client on PATH)",
+                   err=True)
         sys.exit(1)
     if process.returncode != 0 and not process.stdout:
         click.echo(f"error: {' '.join(command)} failed:\n{process.stderr[-2000:]}", err=True)
