@@ -13,6 +13,14 @@ Java client does, and with them:
   and SASL with the DataNodes;
 - reads and writes straight from and to the DataNodes.
 
+hdfs-native asks each NameNode of a nameservice once per call. While none is active (a
+failover under way, the active one killed and the other not yet made active) each call
+would fail at once; Hadoop's Java client tries again, with growing pauses, for minutes
+(dfs.client.failover.max.attempts, 15). So does `_FailingOver` here, for a refusal that
+says the call was not done (StandbyException, a refused connection), up to
+FAILOVER_PATIENCE; it also turns the NameNode's refusals into OSErrors
+(PermissionError for an AccessControlException), with their first line only.
+
 `filesystem` hands out one fsspec filesystem per cluster (scheme and authority), process
 and identity; pyarrow gets it wrapped (connectors/filesystems.py). A client is safe to use
 from any thread. One made before a fork is never used after it (its runtime's threads do
@@ -21,16 +29,26 @@ not survive one): each process makes its own.
 
 from __future__ import annotations
 
+import functools
 import getpass
+import logging
 import os
+import re
 import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from flinkyarn import hadoop
+from flinkyarn import hadoop, retry
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
+
+log = logging.getLogger(__name__)
+
+# How long a call waits for a nameservice to have an active NameNode again (Hadoop's
+# client: 15 failovers, 0.5 s doubling up to 15 s apart, some 2.5 min).
+FAILOVER_PATIENCE = 150.0
+FAILOVER_PAUSES = retry.Backoff(0.25, 10.0)
 
 # The schemes this module serves; a URL of another goes elsewhere (connectors/filesystems).
 SCHEMES = ("hdfs", "viewfs")
@@ -74,6 +92,8 @@ def filesystem(url: str | None = None) -> AbstractFileSystem:
             kind = ViewfsFileSystem if parsed.scheme == "viewfs" else HdfsFileSystem
             found = kind(parsed.hostname, parsed.port, skip_instance_cache=True,
                          **_client_configuration())
+            # (fsspec's methods call it as `client`: each call goes through the wrapper)
+            found.client = _FailingOver(found.client, cluster)  # type: ignore[assignment]
             _clients[key] = found
         return found
 
@@ -113,6 +133,65 @@ def _client_configuration() -> dict[str, str]:
     (conf_dir checks that there is one, with a clear error): nothing yet."""
     hadoop.conf_dir()
     return {}
+
+
+class NoActiveNameNode(OSError):
+    """No NameNode of the cluster took the call (standby, or not answering): not done."""
+
+
+class _FailingOver:
+    """hdfs-native's Client, each call tried again while its cluster has no active
+    NameNode (see the module's docstring), its refusals OSErrors."""
+
+    def __init__(self, client: Any, cluster: str) -> None:
+        self._client, self._cluster = client, cluster
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            def on_retry(attempts: int, error: BaseException, pause: float) -> None:
+                if attempts == 1:
+                    log.warning("%s: no active NameNode took %s (%s); trying again for up to "
+                                "%.0f s", self._cluster, name, first_line(error),
+                                FAILOVER_PATIENCE)
+            try:
+                return retry.retry(lambda: _translated(attribute, args, kwargs),
+                                   retry_on=NoActiveNameNode, pauses=FAILOVER_PAUSES,
+                                   deadline=retry.Deadline(FAILOVER_PATIENCE),
+                                   on_retry=on_retry)
+            except retry.GaveUp as gave_up:
+                assert gave_up.last_error is not None
+                raise gave_up.last_error from None
+        return call
+
+
+def _translated(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`method(*args, **kwargs)`, hdfs-native's errors as OSErrors: NoActiveNameNode for
+    one that says the call was not done, PermissionError for an AccessControlException,
+    OSError (first line only, with the Java exception's name) for another refusal."""
+    try:
+        return method(*args, **kwargs)
+    except ConnectionError as error:  # refused, reset: no NameNode took it
+        raise NoActiveNameNode(first_line(error)) from None
+    except RuntimeError as error:  # hdfs-native's RPCError("java class", "message")
+        text = str(error)
+        found = re.match(r'(?:Fatal)?RPCError\("([^"]+)", "(.*)"\)$', text, re.DOTALL)
+        exception, message = found.groups() if found else ("", text)
+        message = first_line(Exception(message.split("\\n")[0].replace('\\"', '"')))
+        said = f"{exception.rsplit('.', 1)[-1]}: {message}" if exception else message
+        if "StandbyException" in exception or "Connection refused" in text:
+            raise NoActiveNameNode(said) from None
+        if "AccessControlException" in exception:
+            raise PermissionError(said) from None
+        raise OSError(said) from None
+    except OSError as error:
+        if "Connection refused" in str(error) or "os error 111" in str(error):
+            raise NoActiveNameNode(first_line(error)) from None
+        raise
 
 
 def forget_clients() -> None:
