@@ -3,8 +3,8 @@
 The options themselves are defined in `flinkyarn.options`; this module only knows how
 to parse, register and look them up.
 
-A `Configuration` holds raw strings (what a user wrote in `conf/flinkyarn.yaml` or in
-`-D key=value`) over the registered defaults. Every key must be a registered option and
+A `Configuration` holds raw strings (what a user wrote in a flinkyarn.yaml, found by
+`config_file`, or in `-D key=value`) over the registered defaults. Every key must be a registered option and
 every value is parsed when the Configuration is built, so a typo or a bad value fails at
 start with the key named, never later inside a component. Components read it once, into
 their own frozen configuration object (see `HeartbeatConfig` in `flinkyarn.options`).
@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 CONF_DIR_ENV = "FLINKYARN_CONF_DIR"
+HOME_ENV = "FLINKYARN_HOME"
 CONF_FILE_NAME = "flinkyarn.yaml"
 
 
@@ -315,11 +315,11 @@ class Configuration:
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> Configuration:
-        """The file at `path` (default: `default_config_file()`), then `overrides` (from
-        `-D`) on top. Raises ConfigurationError for a missing or malformed file, an
-        unknown key, or a bad value."""
-        path = path or default_config_file()
-        from_file = cls(_read_yaml(path), source=str(path))
+        """The file at `path` (default: `config_file()`; when that finds none, nothing
+        over the registered defaults), then `overrides` (from `-D`) on top. Raises
+        ConfigurationError for a missing or malformed file, an unknown key, or a bad value."""
+        path = path or config_file()
+        from_file = cls(_read_yaml(path), source=str(path)) if path is not None else cls()
         return from_file.with_overrides(overrides or {})
 
     @classmethod
@@ -393,19 +393,30 @@ def _read_yaml(path: Path) -> dict[str, str]:
     return values
 
 
-def default_config_file() -> Path:
-    """`$FLINKYARN_CONF_DIR/flinkyarn.yaml` if the variable is set; else the repository's
-    `conf/flinkyarn.yaml` (an editable install); else the copy setup.cfg installs under
-    `<sys.prefix>/share/flinkyarn/conf`. The path may not exist; `load` then says so."""
+def config_file() -> Path | None:
+    """The file `load` reads, the first of (docs/install.md):
+
+    1. `$FLINKYARN_CONF_DIR/flinkyarn.yaml` when the variable is set; a missing file is
+       then an error of `load`, not a reason to look further;
+    2. the user's `flinkyarn.yaml` in flinkyarn's folder of the user (`user_config_file`),
+       where it exists;
+    3. none: every option has its registered default (`flinkyarn.options`, which the
+       repository's `conf/flinkyarn.yaml` lists). Nothing depends on where or how
+       flinkyarn is installed.
+
+    Only a process that starts from a command reads a file: the processes a client
+    starts (AppMaster, TaskExecutors) get the client's settings (`raw`)."""
     conf_dir = os.environ.get(CONF_DIR_ENV)
     if conf_dir:
         return Path(conf_dir) / CONF_FILE_NAME
-    import flinkyarn
+    user_file = user_config_file()
+    return user_file if user_file.is_file() else None
 
-    in_repository = Path(flinkyarn.__file__).resolve().parents[1] / "conf" / CONF_FILE_NAME
-    if in_repository.is_file():
-        return in_repository
-    return Path(sys.prefix) / "share" / "flinkyarn" / "conf" / CONF_FILE_NAME
+
+def user_config_file() -> Path:
+    """`flinkyarn.yaml` in the user's own folder of flinkyarn: `$FLINKYARN_HOME`, else
+    `~/.flinkyarn` (the folder of its applications and tickets, kerberos.client_home)."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".flinkyarn") / CONF_FILE_NAME
 
 
 def parse_dynamic_properties(items: Iterable[str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ from flinkyarn.configuration import (
     ConfigOption,
     Configuration,
     ConfigurationError,
-    default_config_file,
+    config_file,
     format_duration,
     format_memory,
     option,
@@ -21,6 +21,7 @@ from flinkyarn.configuration import (
     parse_dynamic_properties,
     parse_memory_size,
     registered_options,
+    user_config_file,
 )
 from flinkyarn.ids import JobID, JobVertexID
 from flinkyarn.jobgraph import InvalidJobGraph, JobGraph, JobVertex
@@ -34,6 +35,7 @@ DEFAULT_FILE = REPO / "conf" / "flinkyarn.yaml"
 
 def write_conf(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "flinkyarn.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
 
@@ -281,15 +283,67 @@ def test_default_file_describes_each_option_on_the_line_above():
         assert above[key] == f"# {opt.description}", key
 
 
-def test_default_config_file_follows_the_conf_dir_variable(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLINKYARN_CONF_DIR", str(tmp_path))
-    assert default_config_file() == tmp_path / "flinkyarn.yaml"
+# ------------------------------------------------------------- which file is read
 
 
-def test_default_config_file_is_the_repository_one_in_a_checkout(monkeypatch):
+@pytest.fixture
+def places(tmp_path, monkeypatch):
+    """A user with a home of their own and neither variable set: the places a file may be."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("FLINKYARN_CONF_DIR", raising=False)
-    assert default_config_file() == DEFAULT_FILE
-    assert Configuration.load() == Configuration.load(DEFAULT_FILE)
+    monkeypatch.delenv("FLINKYARN_HOME", raising=False)
+    return home
+
+
+def test_the_conf_dir_variable_comes_first_then_the_users_file_then_the_defaults(
+        places, tmp_path, monkeypatch):
+    user_file = write_conf(places / ".flinkyarn", "heartbeat.interval: 3 s\n")
+    conf_dir = tmp_path / "conf"
+    write_conf(conf_dir, "heartbeat.interval: 4 s\n")
+
+    monkeypatch.setenv("FLINKYARN_CONF_DIR", str(conf_dir))
+    assert config_file() == conf_dir / "flinkyarn.yaml"
+    assert Configuration.load().get(options.HEARTBEAT_INTERVAL) == 4.0
+
+    monkeypatch.delenv("FLINKYARN_CONF_DIR")
+    assert config_file() == user_file
+    assert Configuration.load().get(options.HEARTBEAT_INTERVAL) == 3.0
+
+    user_file.unlink()
+    assert config_file() is None
+    assert Configuration.load().get(options.HEARTBEAT_INTERVAL) == 10.0
+
+
+def test_a_conf_dir_without_the_file_is_an_error_not_a_fallback(places, tmp_path, monkeypatch):
+    write_conf(places / ".flinkyarn", "heartbeat.interval: 3 s\n")
+    monkeypatch.setenv("FLINKYARN_CONF_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigurationError, match=r"cannot read configuration file .*nowhere"):
+        Configuration.load()
+
+
+def test_the_users_file_is_in_flinkyarns_folder_of_the_user(places, tmp_path, monkeypatch):
+    """The folder of the user's applications, tickets and truststores (FLINKYARN_HOME,
+    else ~/.flinkyarn)."""
+    from flinkyarn import kerberos
+
+    assert user_config_file() == places / ".flinkyarn" / "flinkyarn.yaml"
+    assert user_config_file().parent == kerberos.client_home()
+    monkeypatch.setenv("FLINKYARN_HOME", str(tmp_path / "elsewhere"))
+    assert user_config_file() == tmp_path / "elsewhere" / "flinkyarn.yaml"
+    assert user_config_file().parent == kerberos.client_home()
+
+
+def test_without_a_file_every_option_has_its_default_and_none_counts_as_set(places):
+    """What the repository's conf/flinkyarn.yaml lists, without marking every option as
+    set by the user (options.with_spark_started looks at what was set)."""
+    assert config_file() is None
+    loaded = Configuration.load()
+    assert loaded.raw() == {}
+    listed = Configuration.load(DEFAULT_FILE)
+    assert {key: loaded.get(opt) for key, opt in registered_options().items()} == \
+        {key: listed.get(opt) for key, opt in registered_options().items()}
 
 
 # ------------------------------------------------------- component configurations
