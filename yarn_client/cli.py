@@ -256,7 +256,8 @@ def _pyspark_cluster_properties(submit: SparkSubmitOptions, dynamic: dict[str, s
                    "session. Default: execution.target; when that is auto, yarn-per-job "
                    "when HADOOP_CONF_DIR has a yarn-site.xml, else local.")
 @click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
-              help="Override a configuration option (see conf/flinkyarn.yaml).")
+              help="Override a configuration option (of ~/.flinkyarn/flinkyarn.yaml, or "
+                   "$FLINKYARN_CONF_DIR/flinkyarn.yaml).")
 @click.option("--pyspark", is_flag=True,
               help="PROGRAM is an unmodified PySpark script: its driver runs in a slot, its "
                    "Spark on YARN (pyspark.master), as with spark-submit --deploy-mode cluster.")

@@ -31,7 +31,7 @@ NOT_TAKEN = {
     "--supervise": "use a restart strategy: -D restart-strategy.type=fixed-delay",
     "--kill": "use flinkyarn cancel APPLICATION JOB",
     "--status": "use flinkyarn list APPLICATION",
-    "--properties-file": "put the settings in conf/flinkyarn.yaml or pass --conf",
+    "--properties-file": "pass its settings with --conf KEY=VALUE",
     "--principal": "a Kerberos login is not supported yet",
     "--keytab": "a Kerberos login is not supported yet",
     "--proxy-user": "submit as that user",
