@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flinkyarn import hadoop, scratch
-from flinkyarn.configuration import Configuration
+from flinkyarn.configuration import Configuration, user_config_file
 
 if TYPE_CHECKING:
     import requests
@@ -344,8 +344,8 @@ def first_line(error: Exception) -> str:
 
 def client_home() -> Path:
     """The client's own folder (FLINKYARN_HOME, else ~/.flinkyarn): its applications'
-    files, logs, tickets and truststores."""
-    return Path(os.environ.get("FLINKYARN_HOME") or Path.home() / ".flinkyarn")
+    files, logs, tickets, truststores and its flinkyarn.yaml."""
+    return user_config_file().parent
 
 
 # ------------------------------------------------------------------------ TLS
