@@ -27,6 +27,7 @@ Locations (both ignored by git, both overridable):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -760,6 +761,12 @@ def _spawn(layout: Layout, name: str, command: list[str], env: dict[str, str]) -
                                env=env, cwd=layout.work, start_new_session=True)
     log.close()
     layout.pidfile(name).write_text(f"{process.pid}\n")
+    # Popen can return before the child has exec'd (an isolated node: before its shell
+    # has), while its command line is not the daemon's yet: read_pid would take the
+    # daemon for gone.
+    with contextlib.suppress(retry.GaveUp):
+        retry.poll_until(lambda: _is_ours(process.pid, layout, name) or process.poll() is not None,
+                         bool, pauses=retry.Backoff.fixed(0.005), deadline=retry.Deadline(10))
     return process.pid
 
 
