@@ -2,9 +2,15 @@
 
 The daemons are the real ones, from the pinned jars of ``integration/pom.xml``:
 
-    NameNode, DataNode, ResourceManager (with its embedded web proxy), NodeManager(s)
+    two NameNodes, DataNode, ResourceManager (with its embedded web proxy), NodeManager(s)
 
 each a background JVM with a small heap, logging to ``<work>/logs/<daemon>.log``.
+
+HDFS is an HA nameservice as in production: `NAMESERVICE` (fs.defaultFS is
+``hdfs://local-ns``) of the NameNodes `NAMENODES` (nn1, nn2), sharing their edit log in
+a local folder (no JournalNodes, no ZooKeeper), failed over by hand (`failover`,
+``hdfs haadmin``; fencing is a no-op). `up` makes nn1 active. A `viewfs://` mount table
+(`VIEWFS`, `VIEWFS_LINKS`) lies over the nameservice.
 
 `up --secure` runs it in Hadoop's secure mode against an MIT Kerberos KDC of its own
 (integration/kdc.py): Kerberos for every RPC, SASL-protected block transfer, HTTPS for
@@ -38,9 +44,10 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 # Standard library only, so the system Python of integration/cluster can import it.
 from flinkyarn import retry
@@ -51,7 +58,8 @@ POM = Path(__file__).resolve().parent / "pom.xml"
 HOST = "127.0.0.1"
 
 # Heaps are small on purpose: the machine is shared with the TaskExecutors and Spark.
-HEAP_MB = {"namenode": 256, "datanode": 192, "resourcemanager": 384, "nodemanager": 256}
+HEAP_MB = {"namenode": 256, "namenode-2": 256, "datanode": 192, "resourcemanager": 384,
+           "nodemanager": 256}
 
 # What each NodeManager offers to containers. vcores are a scheduling unit, not cores.
 # Several nodes share one machine (24 GiB here), so each offers less by default.
@@ -97,10 +105,21 @@ class Daemon:
     ports: tuple[tuple[str, int], ...]
 
 
+NAMESERVICE = "local-ns"
+NAMENODE_MAIN = "org.apache.hadoop.hdfs.server.namenode.NameNode"
+
+
+def _namenode_daemon(name: str, namenode_id: str, rpc: int, http: int, https: int) -> Daemon:
+    kinds = ("rpc", "http", "https")
+    return Daemon(name, NAMENODE_MAIN, tuple(
+        (f"dfs.namenode.{kind}-address.{NAMESERVICE}.{namenode_id}", port)
+        for kind, port in zip(kinds, (rpc, http, https))))
+
+
+# nn1 keeps the single NameNode's daemon name (pid and log file) and ports.
 DAEMONS = (
-    Daemon("namenode", "org.apache.hadoop.hdfs.server.namenode.NameNode",
-           (("fs.defaultFS", 8020), ("dfs.namenode.http-address", 9870),
-            ("dfs.namenode.https-address", 9871))),
+    _namenode_daemon("namenode", "nn1", 8020, 9870, 9871),
+    _namenode_daemon("namenode-2", "nn2", 8022, 9880, 9881),
     Daemon("datanode", "org.apache.hadoop.hdfs.server.datanode.DataNode",
            (("dfs.datanode.address", 9866), ("dfs.datanode.http.address", 9864),
             ("dfs.datanode.ipc.address", 9867), ("dfs.datanode.https.address", 9865))),
@@ -127,8 +146,32 @@ def _port(key: str) -> int:
 
 
 RM_WEB = f"http://{HOST}:{_port('yarn.resourcemanager.webapp.address')}"
-NN_WEB = f"http://{HOST}:{_port('dfs.namenode.http-address')}"
-DEFAULT_FS = f"hdfs://{HOST}:{_port('fs.defaultFS')}"
+
+
+class NameNode(NamedTuple):
+    """One NameNode of the nameservice: its HA id, its addresses (host:port) and its
+    daemon's name (pid and log file)."""
+
+    id: str
+    rpc: str
+    http: str
+    https: str
+    daemon: str
+
+
+def _namenode(namenode_id: str, daemon: str) -> NameNode:
+    def address(kind: str) -> str:
+        return f"{HOST}:{_port(f'dfs.namenode.{kind}-address.{NAMESERVICE}.{namenode_id}')}"
+    return NameNode(namenode_id, address("rpc"), address("http"), address("https"), daemon)
+
+
+NAMENODES = (_namenode("nn1", "namenode"), _namenode("nn2", "namenode-2"))
+NAMENODE_BY_ID = {n.id: n for n in NAMENODES}
+DEFAULT_FS = f"hdfs://{NAMESERVICE}"
+# A viewfs:// mount table over the nameservice: each link's mount point, and the path
+# on DEFAULT_FS it leads to; everything else falls through to DEFAULT_FS's root.
+VIEWFS = "viewfs://local-view"
+VIEWFS_LINKS = {"/data": "/tmp/viewfs-data"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,6 +400,7 @@ def write_config(layout: Layout, count: int = 1) -> None:
     _write_command(layout, "hdfs", {
         "dfs": "org.apache.hadoop.fs.FsShell",
         "dfsadmin": "org.apache.hadoop.hdfs.tools.DFSAdmin",
+        "haadmin": "org.apache.hadoop.hdfs.tools.DFSHAAdmin",
         "fetchdt": "org.apache.hadoop.hdfs.tools.DelegationTokenFetcher",
         "classpath": None,
     }, classpath)
@@ -409,7 +453,8 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
     on a real cluster: the tokens an application hands to YARN must name it as their
     renewer, not the application's user), block access tokens, SASL on the DataNode's data
     transfer (no privileged ports), which Hadoop only accepts with HTTPS-only web
-    servers; delegation tokens that expire within minutes."""
+    servers; delegation tokens that expire within minutes. Both NameNodes are
+    `nn/127.0.0.1` (one host), each with its own HTTPS address."""
     from kdc import REALM, TOKEN_MAX_LIFETIME_MS, TOKEN_RENEW_INTERVAL_MS, principal
 
     kdc = layout.kdc()
@@ -446,7 +491,7 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
             "dfs.web.authentication.kerberos.keytab": keytab,
             "dfs.data.transfer.protection": "authentication",
             "dfs.http.policy": "HTTPS_ONLY",
-            "dfs.namenode.https-address": _address("dfs.namenode.https-address"),
+            **{f"dfs.namenode.https-address.{NAMESERVICE}.{n.id}": n.https for n in NAMENODES},
             "dfs.datanode.https.address": _address("dfs.datanode.https.address"),
             "dfs.namenode.delegation.token.renew-interval": TOKEN_RENEW_INTERVAL_MS,
             "dfs.namenode.delegation.token.max-lifetime": TOKEN_MAX_LIFETIME_MS,
@@ -489,9 +534,13 @@ def _secure_site_files(layout: Layout) -> dict[str, dict[str, object]]:
 def _plain_site_files(layout: Layout, count: int) -> dict[str, dict[str, object]]:
     data = layout.data
     memory = nm_memory_mb(count)
+    view = VIEWFS.removeprefix("viewfs://")
     return {
         "core-site.xml": {
             "fs.defaultFS": DEFAULT_FS,
+            **{f"fs.viewfs.mounttable.{view}.link.{point}": f"{DEFAULT_FS}{path}"
+               for point, path in VIEWFS_LINKS.items()},
+            f"fs.viewfs.mounttable.{view}.linkFallback": f"{DEFAULT_FS}/",
             "hadoop.tmp.dir": data / "tmp",
             # The local cluster runs as one user; let it impersonate for skein and tests.
             f"hadoop.proxyuser.{_user()}.hosts": "*",
@@ -499,10 +548,9 @@ def _plain_site_files(layout: Layout, count: int) -> dict[str, dict[str, object]
         },
         "hdfs-site.xml": {
             "dfs.replication": 1,
-            "dfs.namenode.name.dir": data / "namenode",
+            **_ha_properties(layout),
             "dfs.datanode.data.dir": data / "datanode",
             "dfs.namenode.rpc-bind-host": HOST,
-            "dfs.namenode.http-address": _address("dfs.namenode.http-address"),
             "dfs.datanode.address": _address("dfs.datanode.address"),
             "dfs.datanode.http.address": _address("dfs.datanode.http.address"),
             "dfs.datanode.ipc.address": _address("dfs.datanode.ipc.address"),
@@ -574,10 +622,44 @@ def _plain_site_files(layout: Layout, count: int) -> dict[str, dict[str, object]
     }
 
 
+def _ha_properties(layout: Layout) -> dict[str, object]:
+    """The nameservice: each NameNode's addresses and own name folder (the keys suffixed
+    with the nameservice and NameNode ids, which Hadoop reads for that NameNode only),
+    the edit log they share, manual failover with nothing to fence (one machine)."""
+    properties: dict[str, object] = {
+        "dfs.nameservices": NAMESERVICE,
+        f"dfs.ha.namenodes.{NAMESERVICE}": ",".join(n.id for n in NAMENODES),
+    }
+    for namenode in NAMENODES:
+        suffix = f"{NAMESERVICE}.{namenode.id}"
+        properties[f"dfs.namenode.rpc-address.{suffix}"] = namenode.rpc
+        properties[f"dfs.namenode.http-address.{suffix}"] = namenode.http
+        properties[f"dfs.namenode.name.dir.{suffix}"] = name_dir(layout, namenode.id)
+    return {
+        **properties,
+        "dfs.namenode.shared.edits.dir": f"file://{shared_edits_dir(layout)}",
+        "dfs.ha.automatic-failover.enabled": "false",
+        "dfs.ha.fencing.methods": "shell(/bin/true)",
+        f"dfs.client.failover.proxy.provider.{NAMESERVICE}":
+            "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider",
+    }
+
+
+def name_dir(layout: Layout, namenode_id: str) -> Path:
+    """NameNode `namenode_id`'s own folder of the namespace (fsimage, edits)."""
+    return layout.data / NAMENODE_BY_ID[namenode_id].daemon
+
+
+def shared_edits_dir(layout: Layout) -> Path:
+    """The edit log both NameNodes write (the active one) and read (the standby)."""
+    return layout.data / "shared-edits"
+
+
 def _write_command(layout: Layout, name: str, subcommands: dict[str, str | None],
                    classpath: str) -> None:
     """A small stand-in for Hadoop's shell launcher: `yarn classpath --glob` (what skein
-    calls), and the client subcommands a user needs (`yarn logs`, `hdfs dfs`, ...)."""
+    calls), and the client subcommands a user needs (`yarn logs`, `hdfs dfs`, ...);
+    HADOOP_CLIENT_OPTS adds JVM options, as with Hadoop's."""
     cases = []
     for sub, main in subcommands.items():
         if sub == "application" or sub == "applicationattempt" or sub == "container":
@@ -593,7 +675,7 @@ export HADOOP_CONF_DIR="{layout.conf}"
 JAVA="${{JAVA_HOME:-{java_home()}}}/bin/java"
 CP="{classpath}"
 OPTS="-Xmx256m -Dlog4j.configuration=file:{layout.conf}/log4j.properties \
--Dhadoop.root.logger=WARN,console {' '.join(java_options(layout))}"
+-Dhadoop.root.logger=WARN,console {' '.join(java_options(layout))} ${{HADOOP_CLIENT_OPTS:-}}"
 sub="${{1:-}}"; shift || true
 case "$sub" in
   classpath)
@@ -804,32 +886,77 @@ def _start_node(layout: Layout, node: Node) -> int:
     return _spawn(layout, node.name, command, daemon_env(layout, node.conf))
 
 
-def _format_namenode(layout: Layout, say: Callable[[str], None]) -> None:
-    if (layout.data / "namenode" / "current" / "VERSION").exists():
+def _namenode_args(namenode_id: str) -> list[str]:
+    """Which NameNode of the nameservice a NameNode JVM is: Hadoop would tell by the
+    local addresses, which both share."""
+    return ["-D", f"dfs.ha.namenode.id={namenode_id}"]
+
+
+def _start_namenode(layout: Layout, namenode: NameNode) -> int:
+    return _start(layout, DAEMON_BY_NAME[namenode.daemon], _namenode_args(namenode.id))
+
+
+def hdfs_formatted(layout: Layout) -> bool:
+    """Whether HDFS's folders are the pair's: each NameNode's and the shared edit log
+    formatted."""
+    folders = [*(name_dir(layout, n.id) for n in NAMENODES), shared_edits_dir(layout)]
+    return all((folder / "current" / "VERSION").exists() for folder in folders)
+
+
+def _format_namenodes(layout: Layout, say: Callable[[str], None]) -> None:
+    """Formats the pair unless it is: nn1's folder and the shared edit log by NameNode
+    -format, nn2's a copy of nn1's (what -bootstrapStandby would fetch from a running
+    nn1, without waiting for it). Other HDFS data (a single NameNode's, from before the
+    pair; a format cut short) is test data: formatted anew, the DataNode's blocks gone
+    with it. Raises while an HDFS daemon runs on that data."""
+    if hdfs_formatted(layout):
         return
-    say("formatting the NameNode (first start) ...")
+    folders = [*(name_dir(layout, n.id) for n in NAMENODES), shared_edits_dir(layout),
+               layout.data / "datanode"]
+    if any(folder.exists() for folder in folders):
+        running = [name for name in (*(n.daemon for n in NAMENODES), "datanode")
+                   if read_pid(layout, name) is not None]
+        if running:
+            raise ClusterError(f"the HDFS data in {layout.data} is not an HA pair's (a single "
+                               f"NameNode's, from before the pair?) and {', '.join(running)} "
+                               f"runs on it; run `integration/cluster down` first")
+        say(f"the HDFS data in {layout.data} is not an HA pair's (a single NameNode's, from "
+            f"before the pair, or a format cut short): formatting the pair anew, its files "
+            f"are gone")
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+    else:
+        say("formatting the NameNodes (first start) ...")
+    first, *others = NAMENODES
     log = layout.logs / "namenode-format.log"
     with open(log, "wb") as out:
         code = subprocess.call(
             [f"{java_home()}/bin/java", "-Xmx256m", *java_options(layout),
              f"-Dlog4j.configuration=file:{layout.conf}/log4j.properties",
-             "-cp", f"{layout.conf}:{layout.lib}/*",
-             DAEMON_BY_NAME["namenode"].main_class, "-format", "-nonInteractive", "-force"],
+             "-cp", f"{layout.conf}:{layout.lib}/*", NAMENODE_MAIN,
+             *_namenode_args(first.id), "-format", "-nonInteractive", "-force"],
             stdout=out, stderr=out, env=daemon_env(layout), cwd=layout.work)
     if code != 0:
         raise ClusterError(f"formatting the NameNode failed (exit {code}):\n{tail(log)}")
+    for other in others:
+        shutil.copytree(name_dir(layout, first.id), name_dir(layout, other.id))
 
 
 # --------------------------------------------------------------------------- health
 
 
 def _get_json(url: str, timeout: float = 3.0) -> dict:
+    return json.loads(_http(url, timeout=timeout))
+
+
+def _http(url: str, method: str = "GET", timeout: float = 3.0) -> bytes:
+    """The body of the answer to an HTTP request to the cluster; OSError when it fails."""
     layout = Layout.default()
     if recorded_secure(layout):
-        return _get_json_spnego(layout, url, timeout)
+        return _http_spnego(layout, url, method, timeout)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=timeout) as response:
-        return json.load(response)
+    with opener.open(urllib.request.Request(url, method=method), timeout=timeout) as response:
+        return response.read()
 
 
 def _cluster_ticket(layout: Layout) -> Path:
@@ -847,43 +974,92 @@ def _cluster_ticket(layout: Layout) -> Path:
     return cache
 
 
-def _get_json_spnego(layout: Layout, url: str, timeout: float) -> dict:
+def _http_spnego(layout: Layout, url: str, method: str, timeout: float) -> bytes:
     """A secure cluster's web endpoints want SPNEGO: curl (GSS-API) with the cluster's
     ticket, checking the NameNode's certificate against the realm's CA."""
     kdc = layout.kdc()
     cache = _cluster_ticket(layout)
     result = subprocess.run(
-        ["curl", "-sS", "--fail", "--negotiate", "-u", ":", "--noproxy", "*",
+        ["curl", "-sS", "--fail", "--negotiate", "-u", ":", "--noproxy", "*", "-X", method,
          "--cacert", str(kdc.ca_pem), "--max-time", str(timeout), url],
-        capture_output=True, text=True, env={**kdc.env(), "KRB5CCNAME": f"FILE:{cache}"})
+        capture_output=True, env={**kdc.env(), "KRB5CCNAME": f"FILE:{cache}"})
     if result.returncode != 0:
-        raise OSError(f"curl exit {result.returncode}: {result.stderr.strip()[-300:]}")
-    return json.loads(result.stdout)
+        raise OSError(f"curl exit {result.returncode}: "
+                      f"{result.stderr.decode(errors='replace').strip()[-300:]}")
+    return result.stdout
 
 
-def namenode_web(layout: Layout | None = None) -> str:
-    """The NameNode's web address: HTTPS on a secure cluster."""
+def namenode_web(namenode_id: str, layout: Layout | None = None) -> str:
+    """NameNode `namenode_id`'s web address: HTTPS on a secure cluster."""
     layout = layout or Layout.default()
+    namenode = NAMENODE_BY_ID[namenode_id]
     if recorded_secure(layout):
-        return f"https://{_address('dfs.namenode.https-address')}"
-    return NN_WEB
+        return f"https://{namenode.https}"
+    return f"http://{namenode.http}"
 
 
-def hdfs_state() -> tuple[bool, str]:
-    """(healthy, what it is waiting for): out of safe mode with a live DataNode."""
-    web = namenode_web()
+def _namenode_bean(namenode_id: str, name: str, layout: Layout | None = None) -> dict | None:
+    """The NameNode's JMX bean Hadoop:service=NameNode,name=`name`; None while it has none.
+    OSError while it does not answer."""
+    web = namenode_web(namenode_id, layout)
     try:
-        beans = _get_json(f"{web}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"]
-    except (OSError, ValueError, KeyError) as error:
-        return False, f"NameNode web at {web} not answering ({error.__class__.__name__})"
-    if not beans:
-        return False, "NameNode starting"
-    state = beans[0]
-    if state.get("NumLiveDataNodes", 0) < 1:
-        return False, "no live DataNode yet"
-    if state.get("FSState") != "Operational":
-        return False, f"HDFS in {state.get('FSState')}"
-    return True, "HDFS operational, out of safe mode"
+        beans = _get_json(f"{web}/jmx?qry=Hadoop:service=NameNode,name={name}")["beans"]
+    except (KeyError, ValueError) as error:
+        raise OSError(f"{web} answered no JMX: {error!r}") from None
+    return beans[0] if beans else None
+
+
+def namenode_state(namenode_id: str, layout: Layout | None = None) -> str | None:
+    """The NameNode's HA state, "active" or "standby" ("initializing" while it starts);
+    None when it does not answer. Cheap: one HTTP request, no JVM."""
+    try:
+        bean = _namenode_bean(namenode_id, "NameNodeStatus", layout)
+    except OSError:
+        return None
+    return bean.get("State", "initializing") if bean else "initializing"
+
+
+def active_namenode(layout: Layout | None = None) -> str | None:
+    """The id of the active NameNode; None while none is."""
+    return next((n.id for n in NAMENODES if namenode_state(n.id, layout) == "active"), None)
+
+
+def _namenodes_answer(layout: Layout | None = None) -> tuple[bool, str]:
+    """(healthy, what it is waiting for): each NameNode in an HA state, active or
+    standby."""
+    states = {n.id: namenode_state(n.id, layout) for n in NAMENODES}
+    for namenode_id, state in states.items():
+        if state is None:
+            return False, (f"NameNode {namenode_id} web at {namenode_web(namenode_id, layout)} "
+                           f"not answering")
+        if state not in ("active", "standby"):
+            return False, f"NameNode {namenode_id} {state}"
+    return True, "NameNodes " + ", ".join(f"{i} {state}" for i, state in states.items())
+
+
+def hdfs_state(layout: Layout | None = None) -> tuple[bool, str]:
+    """(healthy, what it is waiting for): both NameNodes answer, one of them active and
+    out of safe mode, and a DataNode is live at each."""
+    active = []
+    for namenode in NAMENODES:
+        try:
+            status = _namenode_bean(namenode.id, "NameNodeStatus", layout)
+            fs = _namenode_bean(namenode.id, "FSNamesystemState", layout)
+        except OSError as error:
+            web = namenode_web(namenode.id, layout)
+            return False, (f"NameNode {namenode.id} web at {web} not answering "
+                           f"({error.__class__.__name__})")
+        if status is None or fs is None:
+            return False, f"NameNode {namenode.id} starting"
+        if fs.get("NumLiveDataNodes", 0) < 1:
+            return False, f"no live DataNode at NameNode {namenode.id} yet"
+        if status.get("State") == "active":
+            active.append(namenode.id)
+            if fs.get("FSState") != "Operational":
+                return False, f"HDFS in {fs.get('FSState')} (NameNode {namenode.id})"
+    if len(active) != 1:
+        return False, f"{len(active)} NameNodes active ({', '.join(active) or 'none'})"
+    return True, f"HDFS operational, out of safe mode; {active[0]} active"
 
 
 def rm_nodes() -> list[dict]:
@@ -956,14 +1132,6 @@ def _wait(layout: Layout, names: list[str], check: Callable[[], tuple[bool, str]
                            f"({gave_up.last_value[1]}); the end of "
                            f"{layout.log(name)}:\n{tail(layout.log(name))}") from None
     say(f"  {what}")
-
-
-def _webhdfs(method: str, path: str, op: str, **params: str) -> None:
-    query = "&".join([f"op={op}", f"user.name={_user()}"] + [f"{k}={v}" for k, v in params.items()])
-    request = urllib.request.Request(f"{NN_WEB}/webhdfs/v1{path}?{query}", method=method)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=10):
-        pass
 
 
 # ----------------------------------------------------------------------- commands
@@ -1042,66 +1210,152 @@ def up(layout: Layout | None = None, timeout: float = 180.0,
     _record_node_count(layout, count, secure)
     write_config(layout, count)
     deadline = retry.Deadline(timeout)
-    started = []
-    for daemon in DAEMONS:
-        if daemon.name == "nodemanager":
-            continue
-        if read_pid(layout, daemon.name) is not None:
-            continue
+    shared = [d for d in DAEMONS if d.name != "nodemanager" and read_pid(layout, d.name) is None]
+    nodes = [n for n in cluster if read_pid(layout, n.name) is None]
+    for daemon in shared:
         _check_ports(daemon)
-        if daemon.name == "namenode":
-            _format_namenode(layout, say)
-        pid = _start(layout, daemon)
+    for node in nodes:
+        _check_ports(DAEMON_BY_NAME["nodemanager"], node.host, node.name)
+    _format_namenodes(layout, say)
+    started = []
+    for daemon in shared:
+        namenode = next((n for n in NAMENODES if n.daemon == daemon.name), None)
+        pid = _start_namenode(layout, namenode) if namenode else _start(layout, daemon)
         started.append(daemon.name)
-        say(f"started {daemon.name} (pid {pid}, log {layout.log(daemon.name)})")
-    for node in cluster:
-        if read_pid(layout, node.name) is not None:
-            continue
-        try:
-            _check_ports(DAEMON_BY_NAME["nodemanager"], node.host, node.name)
-        except ClusterError:
-            down(layout, only=started, say=say)
-            raise
+        what = f"NameNode {namenode.id}, " if namenode else ""
+        say(f"started {daemon.name} (pid {pid}, {what}log {layout.log(daemon.name)})")
+    for node in nodes:
         pid = _start_node(layout, node)
         started.append(node.name)
         where = f"node {node.index} on {node.host}" + (", isolated" if node.isolated else "")
         say(f"started {node.name} (pid {pid}, {where}, log {layout.log(node.name)})")
     if not started:
         say("the local Hadoop is already up")
+    namenodes = [n.daemon for n in NAMENODES]
     try:
-        _wait(layout, ["namenode", "datanode"], hdfs_state, deadline, say)
+        _wait(layout, namenodes, _namenodes_answer, deadline, say)
+        if active_namenode(layout) is None:
+            # A NameNode of a pair starts as standby.
+            _haadmin(layout, "-transitionToActive", NAMENODES[0].id)
+            say(f"  made {NAMENODES[0].id} active")
+        _wait(layout, [*namenodes, "datanode"], hdfs_state, deadline, say)
+        _make_folders(layout)
         _wait(layout, ["resourcemanager", *(n.name for n in cluster)],
               lambda: yarn_state(count), deadline, say)
     except ClusterError:
         # Leave nothing half-started behind: stop what this call started.
         down(layout, only=started, say=say)
         raise
-    # Directories every user of the cluster expects: a world-writable /tmp (YARN log
-    # aggregation, staging) and the user's home (skein's staging directory).
-    if secure:
-        _secure_mkdirs(layout)
-    else:
-        _webhdfs("PUT", "/tmp", "MKDIRS")
-        _webhdfs("PUT", "/tmp", "SETPERMISSION", permission="1777")
-        _webhdfs("PUT", f"/user/{_user()}", "MKDIRS")
+    active = active_namenode(layout) or NAMENODES[0].id
     say(f"local Hadoop is up with {count} node(s){', secure' if secure else ''}: "
-        f"ResourceManager {RM_WEB}, NameNode {namenode_web(layout)}, fs {DEFAULT_FS}")
+        f"ResourceManager {RM_WEB}, NameNode {active} {namenode_web(active, layout)} (active), "
+        f"fs {DEFAULT_FS}")
 
 
-def _secure_mkdirs(layout: Layout) -> None:
-    """up's folders, made over RPC with the cluster's ticket."""
-    env = {**daemon_env(layout), "KRB5CCNAME": f"FILE:{_cluster_ticket(layout)}"}
-    for args in (["-mkdir", "-p", "/tmp", f"/user/{_user()}"], ["-chmod", "1777", "/tmp"]):
-        result = subprocess.run([str(layout.bin / "hdfs"), "dfs", *args],
-                                capture_output=True, text=True, env=env)
-        if result.returncode != 0:
-            raise ClusterError(f"hdfs dfs {' '.join(args)} failed: {result.stderr[-2000:]}")
+def _client_env(layout: Layout) -> dict[str, str]:
+    """The environment our `hdfs` command runs in as the cluster's user (on a secure
+    cluster with the cluster's ticket), a short-lived JVM: the quick compiler only
+    (half the CPU of a start, which is most of a haadmin call)."""
+    env = {**daemon_env(layout), "HADOOP_CLIENT_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    if recorded_secure(layout):
+        env["KRB5CCNAME"] = f"FILE:{_cluster_ticket(layout)}"
+    return env
+
+
+def _haadmin(layout: Layout, *args: str) -> str:
+    """`hdfs haadmin ARGS`'s output; ClusterError when it fails."""
+    result = subprocess.run([str(layout.bin / "hdfs"), "haadmin", *args],
+                            capture_output=True, text=True, env=_client_env(layout))
+    if result.returncode != 0:
+        raise ClusterError(f"hdfs haadmin {' '.join(args)} failed (exit {result.returncode}): "
+                           f"{_tail_text(result.stderr, 20)}")
+    return result.stdout
+
+
+def _make_folders(layout: Layout) -> None:
+    """Makes the folders every user of the cluster expects: a world-writable /tmp (YARN
+    log aggregation, staging), the user's home (skein's staging folder), the targets of
+    the viewfs links. Over WebHDFS at the NameNode active now (`up` has made sure one
+    is; nothing fails it over meanwhile): no JVM, where `hdfs dfs` would start two,
+    seconds on a busy machine."""
+    active = active_namenode(layout)
+    if active is None:
+        raise ClusterError(f"no NameNode of {DEFAULT_FS} is active")
+    web = namenode_web(active, layout)
+    for path, op, params in [*((f, "MKDIRS", {}) for f in ("/tmp", f"/user/{_user()}",
+                                                          *VIEWFS_LINKS.values())),
+                             ("/tmp", "SETPERMISSION", {"permission": "1777"})]:
+        query = urllib.parse.urlencode({"op": op, "user.name": _user(), **params})
+        try:
+            _http(f"{web}/webhdfs/v1{path}?{query}", method="PUT", timeout=10)
+        except OSError as error:
+            raise ClusterError(f"WebHDFS {op} {path} at NameNode {active} failed: "
+                               f"{error}") from None
+
+
+def start_namenode(namenode_id: str, layout: Layout | None = None,
+                   timeout: float = 120.0) -> int:
+    """Starts NameNode `namenode_id` unless it runs; returns its pid once it is in an HA
+    state (it starts as standby: `failover` makes it active) and a DataNode has
+    registered with it (it can take over)."""
+    layout = layout or Layout.default()
+    namenode = NAMENODE_BY_ID[namenode_id]
+    pid = read_pid(layout, namenode.daemon)
+    if pid is None:
+        _check_ports(DAEMON_BY_NAME[namenode.daemon])
+        pid = _start_namenode(layout, namenode)
+
+    def ready() -> tuple[bool, str]:
+        try:
+            status = _namenode_bean(namenode_id, "NameNodeStatus", layout)
+            fs = _namenode_bean(namenode_id, "FSNamesystemState", layout)
+        except OSError:
+            return False, f"NameNode {namenode_id} not answering"
+        if not (status and status.get("State") in ("active", "standby")):
+            return False, f"NameNode {namenode_id} starting"
+        if not (fs and fs.get("NumLiveDataNodes", 0) >= 1):
+            return False, f"no live DataNode at NameNode {namenode_id} yet"
+        return True, f"NameNode {namenode_id} {status['State']}"
+
+    _wait(layout, [namenode.daemon], ready, retry.Deadline(timeout), say=lambda _: None)
+    return pid
+
+
+def kill_namenode(namenode_id: str, layout: Layout | None = None,
+                  sig: signal.Signals = signal.SIGKILL) -> int | None:
+    """Sends NameNode `namenode_id` `sig` (SIGKILL: it dies on the spot, as with its host
+    lost) and returns its pid once it has ended; None when it did not run. The other
+    stays as it is: a standby stays standby until `failover`."""
+    layout = layout or Layout.default()
+    daemon = NAMENODE_BY_ID[namenode_id].daemon
+    pid = read_pid(layout, daemon)
+    if pid is None:
+        return None
+    os.kill(pid, sig)
+    ports = [port for _, port in DAEMON_BY_NAME[daemon].ports]
+    # Its ports are free once the last of its threads has ended, which can be after its
+    # main thread shows it a zombie.
+    try:
+        retry.poll_until(lambda: not _alive(pid) and not any(map(_port_in_use, ports)), bool,
+                         pauses=retry.Backoff.fixed(0.05), deadline=retry.Deadline(60))
+    except retry.GaveUp:
+        raise ClusterError(f"NameNode {namenode_id} (pid {pid}) still runs 60 s after "
+                           f"{sig.name}") from None
+    layout.pidfile(daemon).unlink(missing_ok=True)
+    return pid
+
+
+def failover(from_id: str, to_id: str, layout: Layout | None = None) -> None:
+    """Makes NameNode `to_id` active in place of `from_id` (`hdfs haadmin -failover`), as
+    an admin does: `from_id` is made standby if it answers, else fenced (a no-op here).
+    Returns once `to_id` is active; ClusterError when haadmin fails."""
+    _haadmin(layout or Layout.default(), "-failover", from_id, to_id)
 
 
 def down(layout: Layout | None = None, timeout: float = 30.0,
          say: Callable[[str], None] = print, only: Iterable[str] | None = None) -> None:
     """Stops exactly the daemons `up` started (checked by their command line): the nodes
-    first, then the ResourceManager, the DataNode, the NameNode."""
+    first, then the ResourceManager, the DataNode, the NameNodes."""
     layout = layout or Layout.default()
     shared = [d.name for d in DAEMONS if d.name != "nodemanager"]
     nodes = [name for name in _daemon_names(layout) if name not in shared]
@@ -1154,6 +1408,11 @@ def status(layout: Layout | None = None) -> tuple[bool, str]:
         running &= pid is not None
         state = f"running (pid {pid})" if pid else "stopped"
         lines.append(f"{daemon.name:16} {state:24} log {layout.log(daemon.name)}")
+        namenode = next((n for n in NAMENODES if n.daemon == daemon.name), None)
+        if namenode is not None:
+            lines.append(f"{'':16} NameNode {namenode.id} at {namenode.rpc}, web "
+                         f"{namenode_web(namenode.id, layout)}: "
+                         f"{namenode_state(namenode.id, layout) or 'not answering'}")
     reports = rm_nodes()
     for node in cluster_nodes(layout, count):
         pid = read_pid(layout, node.name)
@@ -1170,12 +1429,11 @@ def status(layout: Layout | None = None) -> tuple[bool, str]:
         running &= pid is not None
         lines.append(f"{'kdc':16} {f'running (pid {pid})' if pid else 'stopped':24} "
                      f"log {layout.kdc().log}")
-    hdfs_ok, hdfs_what = hdfs_state()
+    hdfs_ok, hdfs_what = hdfs_state(layout)
     yarn_ok, yarn_what = yarn_state(count)
     lines.append(f"{'HDFS':16} {hdfs_what}")
     lines.append(f"{'YARN':16} {yarn_what}")
-    lines.append(f"ResourceManager web: {RM_WEB}    NameNode web: {namenode_web(layout)}    "
-                 f"fs: {DEFAULT_FS}")
+    lines.append(f"ResourceManager web: {RM_WEB}    fs: {DEFAULT_FS} (viewfs: {VIEWFS})")
     return running and hdfs_ok and yarn_ok, "\n".join(lines)
 
 

@@ -22,13 +22,15 @@ import skein
 from flinkyarn import retry
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import local_hadoop  # noqa: E402
+
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
 def application_spec(args: list[str], name: str = "flinkyarn-smoke") -> skein.ApplicationSpec:
     """One master container running smoke_app.sh. `args`: [HDFS_URL, TEXT] (the URL
-    given to the script as the WebHDFS URL of the client's Hadoop configuration) or
-    ["--fail", MESSAGE]."""
+    given to the script as its WebHDFS URL at the active NameNode) or ["--fail", MESSAGE]."""
     if args and args[0] != "--fail":
         args = [webhdfs_url(args[0]), *args[1:]]
     script = " ".join(["sh", "smoke_app.sh", *(shlex.quote(a) for a in args)])
@@ -46,11 +48,13 @@ def application_spec(args: list[str], name: str = "flinkyarn-smoke") -> skein.Ap
 
 
 def webhdfs_url(url: str) -> str:
-    """http://NAMENODE:PORT/webhdfs/v1/PATH for an hdfs:// URL ($HADOOP_CONF_DIR)."""
-    from flinkyarn import hadoop
-
-    host, port = hadoop.namenode_web_address()
-    return f"http://{host}:{port}/webhdfs/v1{urllib.parse.quote(hadoop.hdfs_path(url))}"
+    """http://NAMENODE:PORT/webhdfs/v1/PATH at the local Hadoop's active NameNode (now:
+    the script would not follow a failover) for a URL of its default filesystem."""
+    active = local_hadoop.active_namenode()
+    if active is None:
+        raise RuntimeError(f"no NameNode of {local_hadoop.DEFAULT_FS} is active")
+    path = urllib.parse.urlparse(url).path or "/"
+    return f"{local_hadoop.namenode_web(active)}/webhdfs/v1{urllib.parse.quote(path)}"
 
 
 def rm_app(rm_web: str, app_id: str) -> dict:
@@ -84,9 +88,6 @@ def run(client: skein.Client, rm_web: str, args: list[str]) -> tuple[str, dict, 
 
 
 def main() -> int:
-    sys.path.insert(0, str(HERE))
-    import local_hadoop
-
     local_hadoop.apply_env()
     url = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-smoke/{uuid.uuid4().hex}.txt"
     with skein.Client() as client:

@@ -1,6 +1,7 @@
 # The script the smoke application's master runs inside its YARN container. Plain shell
 # and curl: it runs on any node, which has none of the client's files (no Python
-# environment, no flinkyarn), and it speaks to HDFS the way flinkyarn does, over WebHDFS.
+# environment, no flinkyarn), and speaks to HDFS over WebHDFS, at the NameNode that was
+# active when the client made the URL.
 #
 # usage: sh smoke_app.sh WEBHDFS_URL TEXT   writes TEXT to WEBHDFS_URL
 #                                           (http://NAMENODE:PORT/webhdfs/v1/PATH), reads it back

@@ -71,6 +71,102 @@ def test_configuration_has_what_yarn_needs_on_a_small_machine(layout):
     assert hadoop.default_fs(layout.conf) == local_hadoop.DEFAULT_FS
 
 
+def test_hdfs_is_a_nameservice_of_two_namenodes_failed_over_by_hand(layout):
+    layout.lib.mkdir(parents=True)
+    local_hadoop.write_config(layout)
+
+    core = properties(layout.conf / "core-site.xml")
+    assert core["fs.defaultFS"] == local_hadoop.DEFAULT_FS == "hdfs://local-ns"
+    site = properties(layout.conf / "hdfs-site.xml")
+    assert site["dfs.nameservices"] == "local-ns"
+    assert site["dfs.ha.namenodes.local-ns"] == "nn1,nn2"
+    assert [n.id for n in local_hadoop.NAMENODES] == ["nn1", "nn2"]
+    for namenode in local_hadoop.NAMENODES:
+        assert site[f"dfs.namenode.rpc-address.local-ns.{namenode.id}"] == namenode.rpc
+        assert site[f"dfs.namenode.http-address.local-ns.{namenode.id}"] == namenode.http
+    assert [(n.rpc, n.http, n.https) for n in local_hadoop.NAMENODES] == [
+        ("127.0.0.1:8020", "127.0.0.1:9870", "127.0.0.1:9871"),
+        ("127.0.0.1:8022", "127.0.0.1:9880", "127.0.0.1:9881")]
+    names = {site[f"dfs.namenode.name.dir.local-ns.{n.id}"] for n in local_hadoop.NAMENODES}
+    assert len(names) == 2 and "dfs.namenode.name.dir" not in site
+    assert site["dfs.namenode.shared.edits.dir"] == f"file://{layout.data}/shared-edits"
+    assert site["dfs.ha.automatic-failover.enabled"] == "false"
+    assert site["dfs.ha.fencing.methods"] == "shell(/bin/true)"
+    assert site["dfs.client.failover.proxy.provider.local-ns"] == \
+        "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider"
+    # A viewfs mount table over the nameservice, the default filesystem staying the latter.
+    assert local_hadoop.VIEWFS == "viewfs://local-view"
+    for point, path in local_hadoop.VIEWFS_LINKS.items():
+        assert core[f"fs.viewfs.mounttable.local-view.link.{point}"] == f"hdfs://local-ns{path}"
+    assert core["fs.viewfs.mounttable.local-view.linkFallback"] == "hdfs://local-ns/"
+
+
+def test_every_port_of_the_cluster_is_its_own():
+    ports = [port for daemon in local_hadoop.DAEMONS for _, port in daemon.ports]
+    assert len(ports) == len(set(ports))
+
+
+def test_secure_namenodes_each_have_an_https_address(layout):
+    layout.lib.mkdir(parents=True)
+    local_hadoop._record_node_count(layout, 2, secure=True)
+    layout.kdc_dir.mkdir(parents=True)
+    (layout.kdc_dir / "store-password").write_text("secret\n")
+    site = local_hadoop._site_files(layout, 2)["hdfs-site.xml"]
+    assert site["dfs.http.policy"] == "HTTPS_ONLY"
+    assert site["dfs.namenode.https-address.local-ns.nn1"] == "127.0.0.1:9871"
+    assert site["dfs.namenode.https-address.local-ns.nn2"] == "127.0.0.1:9881"
+    assert local_hadoop.namenode_web("nn2", layout) == "https://127.0.0.1:9881"
+
+
+def fake_format(layout):
+    """Stands in for `NameNode -format`: what it leaves in nn1's folder and the shared log."""
+    def call(command, **_):
+        assert command[-5:] == ["-D", "dfs.ha.namenode.id=nn1", "-format", "-nonInteractive",
+                                "-force"]
+        for folder in (local_hadoop.name_dir(layout, "nn1"), local_hadoop.shared_edits_dir(layout)):
+            (folder / "current").mkdir(parents=True)
+            (folder / "current" / "VERSION").write_text("clusterID=new\n")
+        return 0
+    return call
+
+
+def test_first_start_formats_nn1_and_gives_nn2_a_copy(layout, monkeypatch):
+    layout.logs.mkdir(parents=True)
+    monkeypatch.setattr(local_hadoop.subprocess, "call", fake_format(layout))
+    said = []
+    local_hadoop._format_namenodes(layout, said.append)
+    assert said == ["formatting the NameNodes (first start) ..."]
+    assert local_hadoop.hdfs_formatted(layout)
+    assert (local_hadoop.name_dir(layout, "nn2") / "current" / "VERSION").read_text() == \
+        "clusterID=new\n"
+    said.clear()
+    local_hadoop._format_namenodes(layout, said.append)  # formatted: nothing to do
+    assert said == []
+
+
+def test_a_single_namenodes_data_is_formatted_anew_and_said_so(layout, monkeypatch):
+    layout.logs.mkdir(parents=True)
+    old = local_hadoop.name_dir(layout, "nn1") / "current"
+    old.mkdir(parents=True)
+    (old / "VERSION").write_text("clusterID=old\n")
+    blocks = layout.data / "datanode" / "current"
+    blocks.mkdir(parents=True)
+    running = fake_daemon(layout, "namenode")
+    try:
+        with pytest.raises(local_hadoop.ClusterError, match="runs on it; run `integration/cluster down"):
+            local_hadoop._format_namenodes(layout, print)
+    finally:
+        running.kill()
+        running.wait()
+    monkeypatch.setattr(local_hadoop.subprocess, "call", fake_format(layout))
+    said = []
+    local_hadoop._format_namenodes(layout, said.append)
+    assert len(said) == 1 and "not an HA pair's" in said[0] and "formatting the pair anew" in said[0]
+    assert (old / "VERSION").read_text() == "clusterID=new\n"
+    assert not blocks.exists()  # the DataNode's blocks were of the old cluster
+    assert local_hadoop.hdfs_formatted(layout)
+
+
 def test_yarn_command_prints_the_globbed_classpath_skein_asks_for(layout):
     layout.lib.mkdir(parents=True)
     (layout.lib / "b.jar").touch()
@@ -82,6 +178,8 @@ def test_yarn_command_prints_the_globbed_classpath_skein_asks_for(layout):
     assert out.split(":") == [str(layout.conf), str(layout.lib / "a.jar"), str(layout.lib / "b.jar")]
     usage = subprocess.run([str(layout.bin / "yarn"), "bogus"], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage: yarn" in usage.stderr
+    usage = subprocess.run([str(layout.bin / "hdfs"), "bogus"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "haadmin" in usage.stderr
 
 
 def test_env_puts_our_yarn_first_and_keeps_loopback_off_proxies(layout, monkeypatch):

@@ -36,5 +36,5 @@ def test_second_cluster_on_taken_ports_fails_clearly_and_starts_nothing(hadoop, 
     other = local_hadoop.Layout(cache=hadoop.cache, work=tmp_path / "other")
     with pytest.raises(local_hadoop.ClusterError) as error:
         local_hadoop.up(other, timeout=30, say=lambda _: None)
-    assert "port 8020 (fs.defaultFS)" in str(error.value)
+    assert "port 8020 (dfs.namenode.rpc-address.local-ns.nn1)" in str(error.value)
     assert all(pid is None for pid in pids(other).values())

@@ -1,5 +1,6 @@
-"""File sources and sinks on the local Hadoop's HDFS, through WebHDFS. What they write
-is checked with Hadoop's own client (`hdfs dfs`), not with the code under test."""
+"""File sources and sinks on the local Hadoop's HDFS (its nameservice), through
+hdfs-native. What they write is checked with Hadoop's own client (`hdfs dfs`), not with
+the code under test."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
+import local_hadoop
 from flinkyarn.connectors import ParquetSink, ParquetSource, TextSource
 from tests.operator_context import FakeContext
 
@@ -49,7 +51,7 @@ PEOPLE = pa.table({"id": [1, 2, 3, 4, 5], "name": ["ann", "bob", "cy", "dé", "e
 
 
 def test_parquet_part_files_on_hdfs(folder):
-    url = f"hdfs://127.0.0.1:8020{folder}/out"
+    url = f"{local_hadoop.DEFAULT_FS}{folder}/out"
     write(ParquetSink(url), PEOPLE.slice(0, 1), subtask=0)
     write(ParquetSink(url), PEOPLE.slice(0, 2), subtask=1, attempt=0)
     write(ParquetSink(url), PEOPLE.slice(1), subtask=1, attempt=1)  # a retry replaces attempt 0
@@ -73,4 +75,4 @@ def test_text_split_by_byte_ranges_on_hdfs(folder):
 
 def test_missing_hdfs_path(folder):
     with pytest.raises(FileNotFoundError, match=f"{folder}/nothing"):
-        read(ParquetSource(f"hdfs://127.0.0.1:8020{folder}/nothing"), 1)
+        read(ParquetSource(f"{local_hadoop.DEFAULT_FS}{folder}/nothing"), 1)

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import kdc
+import local_hadoop
 from flinkyarn import hdfs
 from tests.yarn_secure.conftest import FAST, TAG, flinkyarn, kinit, read_counts
 from yarn_client import yarn_cluster
@@ -67,7 +68,8 @@ def test_a_token_file_hadoop_wrote_is_read_and_opens_hdfs_without_a_ticket(
     subprocess.run(["hdfs", "fetchdt", "--renewer", getpass.getuser(), str(token_file)],
                    check=True, capture_output=True)
     [token] = kerberos.read_token_storage(token_file.read_bytes())
-    assert (token.kind, token.service) == ("HDFS_DELEGATION_TOKEN", "127.0.0.1:8020")
+    assert (token.kind, token.service) == ("HDFS_DELEGATION_TOKEN",
+                                           f"ha-hdfs:{local_hadoop.NAMESERVICE}")
     # Its maximum lifetime, from its identifier, is the NameNode's.
     lifetime = kdc.TOKEN_MAX_LIFETIME_MS / 1000
     assert time.time() + lifetime - 60 < token.max_date() <= time.time() + lifetime
