@@ -1296,8 +1296,8 @@ def _make_folders(layout: Layout) -> None:
 def start_namenode(namenode_id: str, layout: Layout | None = None,
                    timeout: float = 120.0) -> int:
     """Starts NameNode `namenode_id` unless it runs; returns its pid once it is in an HA
-    state (it starts as standby: `failover` makes it active) and a DataNode has
-    registered with it (it can take over)."""
+    state (it starts as standby: `failover` makes it active), a DataNode has registered
+    with it and it has left safe mode (a NameNode in safe mode refuses to become active)."""
     layout = layout or Layout.default()
     namenode = NAMENODE_BY_ID[namenode_id]
     pid = read_pid(layout, namenode.daemon)
@@ -1315,6 +1315,9 @@ def start_namenode(namenode_id: str, layout: Layout | None = None,
             return False, f"NameNode {namenode_id} starting"
         if not (fs and fs.get("NumLiveDataNodes", 0) >= 1):
             return False, f"no live DataNode at NameNode {namenode_id} yet"
+        info = _namenode_bean(namenode_id, "NameNodeInfo", layout)
+        if info is None or info.get("Safemode"):
+            return False, f"NameNode {namenode_id} in safe mode"
         return True, f"NameNode {namenode_id} {status['State']}"
 
     _wait(layout, [namenode.daemon], ready, retry.Deadline(timeout), say=lambda _: None)

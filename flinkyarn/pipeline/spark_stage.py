@@ -113,6 +113,13 @@ class SparkStage(Operator):
         intervals = [inputs for _, inputs in self._intervals]
         self._intervals, current, self._inputs = [], self._inputs, self._collecting()
         if not getattr(self.context, "checkpointing", False):
+            if not any(c.rows for c in current) and None in [c.schema for c in current]:
+                # Nothing arrived (a subtask no key hashed to) and nothing says what it
+                # would have held: no frame to give the function, nothing to run, as for
+                # an empty interval of a stream.
+                for collected in current:
+                    collected.close()
+                return ()
             return self._run(current)
         return self._run_each([*intervals, current])
 
