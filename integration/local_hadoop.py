@@ -640,6 +640,11 @@ def _ha_properties(layout: Layout) -> dict[str, object]:
         "dfs.namenode.shared.edits.dir": f"file://{shared_edits_dir(layout)}",
         "dfs.ha.automatic-failover.enabled": "false",
         "dfs.ha.fencing.methods": "shell(/bin/true)",
+        # The standby reads the shared edits only in finished segments: the active rolls
+        # one every 10 s (Hadoop: 2 min) and the standby looks every second (1 min), so
+        # a restarted standby knows of deleted blocks, and leaves safe mode, in seconds.
+        "dfs.ha.log-roll.period": "10s",
+        "dfs.ha.tail-edits.period": "1s",
         f"dfs.client.failover.proxy.provider.{NAMESERVICE}":
             "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider",
     }
