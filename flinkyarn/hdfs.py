@@ -29,6 +29,7 @@ not survive one): each process makes its own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import logging
@@ -77,8 +78,6 @@ def path_of(url: str) -> str:
 def filesystem(url: str | None = None) -> AbstractFileSystem:
     """The fsspec filesystem of the Hadoop filesystem `url` is on (its scheme and
     authority; `hdfs:///path` and None: the default filesystem, fs.defaultFS)."""
-    from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
-
     cluster = _cluster(url)
     key = (cluster, os.getpid(), _generation, os.environ.get("HADOOP_TOKEN_FILE_LOCATION"),
            os.environ.get("KRB5CCNAME"), os.environ.get("HADOOP_USER_NAME"))
@@ -89,13 +88,43 @@ def filesystem(url: str | None = None) -> AbstractFileSystem:
                 del _clients[stale]  # another process's, or an older identity's
             _check_identity()
             parsed = urlparse(cluster)
-            kind = ViewfsFileSystem if parsed.scheme == "viewfs" else HdfsFileSystem
-            found = kind(parsed.hostname, parsed.port, skip_instance_cache=True,
+            found = _filesystem_class(parsed.scheme)(parsed.hostname, parsed.port, skip_instance_cache=True,
                          **_client_configuration())
             # (fsspec's methods call it as `client`: each call goes through the wrapper)
-            found.client = _FailingOver(found.client, cluster)  # type: ignore[assignment]
+            found.client = _FailingOver(found.client, cluster)
             _clients[key] = found
         return found
+
+
+@functools.cache
+def _filesystem_class(scheme: str) -> type:
+    """hdfs-native's fsspec filesystem of `scheme`, with a `cp_file` (what pyarrow's
+    copy_file calls: a savepoint copies its checkpoint's files) whose partial file is
+    in the target's folder: hdfs-native 0.14's names it "." + the target's absolute
+    path, a relative path under the user's home that the NameNode refuses."""
+    import secrets
+    import shutil
+
+    from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
+
+    base = ViewfsFileSystem if scheme == "viewfs" else HdfsFileSystem
+
+    class FileSystem(base):  # type: ignore[valid-type, misc]  # chosen at run time
+        def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+            source, target = self._strip_protocol(path1), self._strip_protocol(path2)
+            parent, _, name = target.rpartition("/")
+            partial = f"{parent}/.{name}.partial-{secrets.token_hex(6)}"
+            try:
+                with self._open(source, "rb") as data, self._open(partial, "wb") as out:
+                    shutil.copyfileobj(data, out, 8 << 20)
+                self.client.rename(partial, target, True)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    self.client.delete(partial, False)
+                raise
+
+    FileSystem.__name__ = FileSystem.__qualname__ = base.__name__
+    return FileSystem
 
 
 def _cluster(url: str | None) -> str:

@@ -46,7 +46,8 @@ def fuzz(examples: int) -> settings:
 
 REFUSED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
-           grpc.StatusCode.UNIMPLEMENTED}
+           grpc.StatusCode.UNIMPLEMENTED,
+           grpc.StatusCode.ABORTED}  # Rejected: a registration from no worker of the RM's
 """The statuses of a call refused as the caller's mistake (flinkyarn.rpc.errors)."""
 
 KNOWN_JOB = "{known-job}"

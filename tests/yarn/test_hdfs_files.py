@@ -76,3 +76,19 @@ def test_text_split_by_byte_ranges_on_hdfs(folder):
 def test_missing_hdfs_path(folder):
     with pytest.raises(FileNotFoundError, match=f"{folder}/nothing"):
         read(ParquetSource(f"{local_hadoop.DEFAULT_FS}{folder}/nothing"), 1)
+
+
+def test_a_copy_on_hdfs_is_whole_and_leaves_no_partial_file(folder):
+    """What a savepoint does with its checkpoint's files (pyarrow's copy_file)."""
+    from flinkyarn.connectors.filesystems import resolve
+
+    filesystem, path = resolve(f"{local_hadoop.DEFAULT_FS}{folder}/a.bin")
+    data = bytes(range(256)) * 40_000
+    with filesystem.open_output_stream(path) as out:
+        out.write(data)
+    filesystem.create_dir(f"{folder}/copy")
+    filesystem.copy_file(path, f"{folder}/copy/b.bin")
+    filesystem.copy_file(path, f"{folder}/copy/b.bin")  # over the first copy
+    assert hdfs("-ls", "-C", f"{folder}/copy").split() == [f"{folder}/copy/b.bin"]
+    assert subprocess.run(["hdfs", "dfs", "-cat", f"{folder}/copy/b.bin"], check=True,
+                          capture_output=True).stdout == data
