@@ -759,7 +759,11 @@ def _check_ports(daemon: Daemon, host: str = HOST, name: str | None = None) -> N
 
 
 def daemon_env(layout: Layout, conf: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+    # Nor the caller's ticket cache: a daemon logs in from its keytab, and a NodeManager
+    # hands its environment to its containers, which must authenticate with their
+    # delegation tokens alone (a container that found the user's ticket would outlive
+    # its tokens unnoticed: HDFS clients fall back to a ticket).
+    env = {k: v for k, v in os.environ.items() if k not in (*PROXY_VARIABLES, "KRB5CCNAME")}
     env["JAVA_HOME"] = java_home()
     # A NodeManager hands HADOOP_CONF_DIR to its containers: its node's configuration.
     env["HADOOP_CONF_DIR"] = str(conf or layout.conf)
