@@ -8,9 +8,10 @@ Java client does, and with them:
 - a `viewfs://` mount table (fs.viewfs.mounttable.*);
 - a secure cluster (hadoop.security.authentication=kerberos): SASL with the process's
   HDFS delegation token where it has one (a YARN container: the file that
-  HADOOP_TOKEN_FILE_LOCATION names, read again for each new connection), else with its
-  Kerberos ticket (KRB5CCNAME, through the system's libgssapi_krb5); block access tokens
-  and SASL with the DataNodes;
+  HADOOP_TOKEN_FILE_LOCATION names), else with its Kerberos ticket (KRB5CCNAME, through
+  the system's libgssapi_krb5); block access tokens and SASL with the DataNodes. A
+  connection to a NameNode, once authenticated, stays open and serves on after the
+  token's end (Hadoop's Java client drops one idle for 10 s);
 - reads and writes straight from and to the DataNodes.
 
 hdfs-native asks each NameNode of a nameservice once per call. While none is active (a
@@ -56,8 +57,8 @@ SCHEMES = ("hdfs", "viewfs")
 
 _lock = threading.Lock()
 _clients: dict[tuple[Any, ...], AbstractFileSystem] = {}
-# Bumped when the process is handed newer delegation tokens (kerberos.use_tokens): the
-# next filesystem asked for is a new client that authenticates with them.
+# Bumped when the process is handed newer delegation tokens (kerberos.install_tokens):
+# the next filesystem asked for is a new client that authenticates with them.
 _generation = 0
 
 
@@ -88,8 +89,8 @@ def filesystem(url: str | None = None) -> AbstractFileSystem:
                 del _clients[stale]  # another process's, or an older identity's
             _check_identity()
             parsed = urlparse(cluster)
-            found = _filesystem_class(parsed.scheme)(parsed.hostname, parsed.port, skip_instance_cache=True,
-                         **_client_configuration())
+            found = _filesystem_class(parsed.scheme)(
+                parsed.hostname, parsed.port, skip_instance_cache=True, **_client_configuration())
             # (fsspec's methods call it as `client`: each call goes through the wrapper)
             found.client = _FailingOver(found.client, cluster)
             _clients[key] = found
@@ -225,7 +226,7 @@ def _translated(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
 
 def forget_clients() -> None:
     """The next `filesystem` call makes new clients: newer delegation tokens were handed
-    over (kerberos.use_tokens)."""
+    over (kerberos.install_tokens)."""
     global _generation
     with _lock:
         _generation += 1
