@@ -183,7 +183,10 @@ async def serve(app, args: argparse.Namespace, conf: Configuration, scratch: Pro
     async def publish(status: TokenStatus) -> None:
         await asyncio.to_thread(app.kv.put, TOKEN_STATUS_KEY, msgspec.json.encode(status))
 
-    tokens = DelegationTokenManager(conf, scratch.root / "tokens", publish)
+    # Not in the scratch folder, which goes before the AppMaster's last HDFS calls (the
+    # archive, the staging files): HADOOP_TOKEN_FILE_LOCATION names the newest tokens'
+    # file from their first renewal on. The container's own folder, YARN's to remove.
+    tokens = DelegationTokenManager(conf, Path.cwd() / "delegation-tokens", publish)
     appmaster = AppMaster(conf, security, YarnDriver(app, on_fatal=on_unfit_containers), title,
                           tokens, job_store=store, attempt=attempt, archive=archive,
                           application_id=app.id, cancel_token=cluster.dashboard_token())
