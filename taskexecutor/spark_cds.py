@@ -57,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flinkyarn import options
+from flinkyarn import options, scratch
 from flinkyarn.configuration import Configuration
 
 log = logging.getLogger(__name__)
@@ -355,6 +355,8 @@ def workload(spark, folder: Path) -> None:
 
 
 UNUSED_FOR = 30 * 24 * 3600.0
+# The longest a training may take (a first one takes a minute or two on 2 busy cores).
+TRAINING_TIMEOUT = 20 * 60
 
 
 def remove_unused(folder: Path, unused_for: float = UNUSED_FOR) -> list[Path]:
@@ -372,6 +374,10 @@ def remove_unused(folder: Path, unused_for: float = UNUSED_FOR) -> list[Path]:
     return removed
 
 
+def _raise(error: BaseException) -> None:
+    raise error
+
+
 def train(archive: Path, environment: Path | None = None) -> None:
     """Makes `archive` (see the module's text), a portable one of `environment` if given;
     removes the lock in the end."""
@@ -384,6 +390,10 @@ def train(archive: Path, environment: Path | None = None) -> None:
     process = None
     try:
         with tempfile.TemporaryDirectory(prefix="spark-cds-", dir=archive.parent) as work:
+            # Its own temporary folder, not the one of the TaskExecutor that started it,
+            # which goes with that TaskExecutor: pyspark's JVM writes the file pyspark
+            # waits for there, and without the folder pyspark would wait forever.
+            scratch.use_as_temp_dir(Path(work, "tmp"))
             class_path: list[str] = []
             if environment is not None:  # in a folder like a container's
                 os.symlink(environment, Path(work, PORTABLE_ROOT))
@@ -423,4 +433,9 @@ if __name__ == "__main__":
     _lowest_priority()
     logging.basicConfig(level=logging.INFO)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # A training that has not ended by then never will (a JVM stuck at its start): it
+    # fails, and leaves ARCHIVE.failed, rather than hold the lock for ever.
+    signal.signal(signal.SIGALRM, lambda *_: _raise(TimeoutError(
+        f"the training did not end within {TRAINING_TIMEOUT} s")))
+    signal.alarm(TRAINING_TIMEOUT)
     train(Path(sys.argv[1]).absolute(), Path(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -236,3 +236,35 @@ with open({str(link)!r}, "rb") as f:
     finally:
         mapper.stdin.close()
         mapper.wait()
+
+
+def test_a_trainer_keeps_its_temporary_files_in_its_own_folder(tmp_path, monkeypatch):
+    """Not in the temporary folder of the TaskExecutor that started it, which goes with
+    that TaskExecutor: pyspark's JVM writes the file pyspark waits for there, and a
+    trainer whose starter had ended waited for it for ever (2 h on this machine)."""
+    import tempfile
+
+    from taskexecutor import spark_bridge
+
+    gone = tmp_path / "taskexecutor-scratch"  # removed with its TaskExecutor
+    monkeypatch.setenv("TMPDIR", str(gone))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    seen = {}
+
+    class Provider:
+        def __init__(self, **_settings) -> None:
+            pass
+
+        def get(self):
+            seen["TMPDIR"], seen["python"] = os.environ["TMPDIR"], tempfile.gettempdir()
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(spark_bridge, "SparkSessionProvider", Provider)
+    archive = tmp_path / "cds" / "spark-key.jsa"
+    archive.parent.mkdir()
+    with pytest.raises(RuntimeError, match="stop here"):
+        spark_cds.train(archive)
+    work = Path(seen["TMPDIR"])
+    assert seen["python"] == str(work) and work.parent.parent == archive.parent
+    assert not gone.exists()
+    assert archive.with_suffix(".failed").exists()  # and not tried again
