@@ -40,7 +40,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from flinkyarn import hadoop, retry
+from flinkyarn import hadoop, kerberos, retry
+from flinkyarn.kerberos import first_line
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -87,10 +88,11 @@ def filesystem(url: str | None = None) -> AbstractFileSystem:
         if found is None:
             for stale in [k for k in _clients if k[0] == cluster]:
                 del _clients[stale]  # another process's, or an older identity's
+            hadoop.conf_dir()  # hdfs-native reads its site files: a clear error without
             _check_identity()
             parsed = urlparse(cluster)
-            found = _filesystem_class(parsed.scheme)(
-                parsed.hostname, parsed.port, skip_instance_cache=True, **_client_configuration())
+            found = _filesystem_class(parsed.scheme)(parsed.hostname, parsed.port,
+                                                     skip_instance_cache=True)
             # (fsspec's methods call it as `client`: each call goes through the wrapper)
             found.client = _FailingOver(found.client, cluster)
             _clients[key] = found
@@ -151,18 +153,9 @@ def _check_identity() -> None:
     """On a secure cluster, that the process has an HDFS delegation token or a valid
     Kerberos ticket: else one KerberosError saying what to do (hdfs-native would fail
     each call with GSSAPI's words)."""
-    from flinkyarn import kerberos
-
     if kerberos.security_enabled() and not any(
             t.kind == kerberos.HDFS_TOKEN_KIND for t in kerberos.container_tokens()):
         kerberos.check_ticket()
-
-
-def _client_configuration() -> dict[str, str]:
-    """What hdfs-native is given besides the site files it reads from $HADOOP_CONF_DIR
-    (conf_dir checks that there is one, with a clear error): nothing yet."""
-    hadoop.conf_dir()
-    return {}
 
 
 class NoActiveNameNode(OSError):
@@ -244,17 +237,3 @@ def delete(fs: AbstractFileSystem, path: str) -> bool:
     remove. A refusal raises (PermissionError, OSError)."""
     removed: bool = fs.client.delete(path, True)
     return removed
-
-
-def first_line(error: BaseException) -> str:
-    """What an error says, without the NameNode's Java stack trace that hdfs-native puts
-    after the first line of a refusal."""
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
-def file_status(fs: AbstractFileSystem, path: str) -> dict[str, Any]:
-    """The NameNode's status of `path` (size, modification time in ms, ...) as fsspec's
-    `info` gives it; FileNotFoundError when there is none."""
-    info: dict[str, Any] = fs.info(path)
-    return info

@@ -337,7 +337,7 @@ def no_kerberos_support(error: ImportError) -> KerberosError:
         f"MIT Kerberos headers: apt install libkrb5-dev / yum install krb5-devel)")
 
 
-def first_line(error: Exception) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else error.__class__.__name__
 

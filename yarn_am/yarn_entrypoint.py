@@ -273,20 +273,20 @@ def remove_staging_files(paths: list[str], app_id: str) -> None:
     they. Best effort: the final status matters more."""
     if not paths:
         return
-    from flinkyarn import hdfs
+    from flinkyarn import hdfs, kerberos
 
     try:
         filesystem = hdfs.filesystem()
         paths = [*paths, f"{hdfs.home()}/.skein/{app_id}"]
     except Exception as error:
-        log.warning("could not remove %s: %s", ", ".join(paths), hdfs.first_line(error))
+        log.warning("could not remove %s: %s", ", ".join(paths), kerberos.first_line(error))
         return
     for path in paths:
         try:
             if hdfs.delete(filesystem, path):
                 log.info("removed %s", path)
         except Exception as error:
-            log.warning("could not remove %s: %s", path, hdfs.first_line(error))
+            log.warning("could not remove %s: %s", path, kerberos.first_line(error))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -239,7 +239,7 @@ class YarnClusterDescriptor:
                     staging.upload_new(uploads)
             except OSError as error:  # HDFS: refused, unreachable, permission denied
                 raise YarnDeploymentError(f"cannot ship to {staging.uri(staging.root)}: "
-                                          f"{hdfs.first_line(error)}") from None
+                                          f"{kerberos.first_line(error)}") from None
             # Localized from the staging folder, readable by this user only: nothing
             # else carries the cluster's keys. Each role gets its own (security.py): the
             # AppMaster the authority's key, a TaskExecutor the TaskExecutors' certificate
@@ -315,7 +315,7 @@ class YarnClusterDescriptor:
                 submission.discard()
             if isinstance(error, OSError):  # HDFS or the ResourceManager refused
                 raise YarnDeploymentError(
-                    f"cannot submit to YARN: {hdfs.first_line(error)}") from None
+                    f"cannot submit to YARN: {kerberos.first_line(error)}") from None
             raise
 
     def _keytab(self) -> Path | None:
