@@ -147,14 +147,15 @@ def test_streaming_wordcount_counts_a_fed_folder_exactly_in_windows(tmp_path):
     reader = threading.Thread(target=lambda: lines.extend(job.stderr or ()), daemon=True)
     reader.start()
     try:
-        # Fed once every task runs (the client's progress line says so), 0.4 s apart.
+        # Fed once every task runs (the client's progress line says so), 1.2 s apart: the
+        # reader would have to stall for 3.6 s to read them all into one 0.5 s window.
         wait_for(lambda: any(re.search(r"RUNNING: .*\[2 RUNNING\].*\[2 RUNNING\]", line)
                              for line in list(lines)), 120, "the job's tasks running")
         for number, text in enumerate(texts):
             hidden = feed / f".{number}.txt.inprogress"
             hidden.write_text(text)
             hidden.rename(feed / f"{number}.txt")
-            time.sleep(0.4)
+            time.sleep(1.2)
         job.wait(timeout=300)
         reader.join(10)
     finally:
@@ -166,6 +167,6 @@ def test_streaming_wordcount_counts_a_fed_folder_exactly_in_windows(tmp_path):
     for word, count in zip(table.column("word").to_pylist(), table.column("count").to_pylist()):
         totals[word] += count
     assert totals == collections.Counter(re.findall(r"[a-z0-9]+", "".join(texts).lower()))
-    # The files came over more than a second: their words fell into several windows.
+    # The files came over 3.6 s: their words fell into several windows.
     assert table.column("word").to_pylist().count("alpha") >= 2
     assert processes_mentioning(str(tmp_path)) == []
