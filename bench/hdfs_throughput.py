@@ -8,6 +8,9 @@ in one run, on the local Hadoop's HA nameservice.
 - read 1 GB: the file back, every byte, 8 MiB at a time; `hdfs dfs -cat > /dev/null`.
 - list 10,000 files: one folder of 10,000 empty files (made once, kept), listed with
   each file's status; `hdfs dfs -ls`.
+- write 20 small files (1 KB each), one after the other, as the runtime writes its
+  metadata (job store, checkpoint metadata, credentials): milliseconds per file;
+  `hdfs dfs -put` of the 20 in one command, its JVM's start included.
 
 WebHDFS speaks to the active NameNode's web server (found by asking each of the
 nameservice's); `hdfs dfs` includes its JVM's start (~1-2 s), as for a user. Each
@@ -29,8 +32,10 @@ import json
 import os
 import platform
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -168,6 +173,32 @@ def listing(client: str, folder: str, files: int) -> float:
     return seconds
 
 
+SMALL_FILES, SMALL_BYTES = 20, 1000
+
+
+def small_writes(client: str, folder: str) -> float:
+    """Seconds per file for SMALL_FILES new files of SMALL_BYTES each, one after the other."""
+    data = os.urandom(SMALL_BYTES)
+    targets = [f"{folder}/{client}-{i:02d}" for i in range(SMALL_FILES)]
+    if client in ("native", "webhdfs"):
+        def act() -> None:
+            fs = hdfs.filesystem() if client == "native" else webhdfs()
+            for target in targets:
+                fs.pipe_file(target, data)
+    else:
+        local = Path(tempfile.mkdtemp(prefix="flinkyarn-bench-small-"))
+        for target in targets:
+            (local / target.rsplit("/", 1)[1]).write_bytes(data)
+
+        def act() -> None:
+            hdfs_dfs("-put", "-f", *(str(local / t.rsplit("/", 1)[1]) for t in targets), folder)
+    try:
+        return timed(act) / SMALL_FILES
+    finally:
+        if client == "hdfs-dfs":
+            shutil.rmtree(local)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=int, default=1000)
@@ -180,7 +211,9 @@ def main() -> int:
     hdfs.filesystem().makedirs(BASE, exist_ok=True)
     folder = listing_folder(args.files)
     seconds: dict[str, dict[str, list[float]]] = {
-        op: {c: [] for c in CLIENTS} for op in ("write", "read", "list")}
+        op: {c: [] for c in CLIENTS} for op in ("write", "read", "list", "small")}
+    small_folder = f"{BASE}/small"
+    hdfs.filesystem().makedirs(small_folder, exist_ok=True)
     for round_ in range(args.rounds):
         order = CLIENTS[round_ % 3:] + CLIENTS[:round_ % 3]
         for client in order:
@@ -188,35 +221,41 @@ def main() -> int:
             seconds["write"][client].append(write(client, local, target))
             seconds["read"][client].append(read(client, target, size))
             seconds["list"][client].append(listing(client, folder, args.files))
+            seconds["small"][client].append(small_writes(client, small_folder))
         print(f"round {round_ + 1}: " + "; ".join(
             f"{c} write {seconds['write'][c][-1]:.1f} s, read {seconds['read'][c][-1]:.1f} s, "
-            f"list {seconds['list'][c][-1]:.2f} s" for c in order), flush=True)
+            f"list {seconds['list'][c][-1]:.2f} s, small {seconds['small'][c][-1] * 1000:.0f} ms"
+            for c in order), flush=True)
     for client in CLIENTS:
         hdfs.delete(hdfs.filesystem(), f"{BASE}/{client}-{args.megabytes}mb.bin")
+    hdfs.delete(hdfs.filesystem(), small_folder)
     medians = {op: {c: statistics.median(v) for c, v in by.items()} for op, by in seconds.items()}
     figures = {
         "write_MBps": {c: size / 1e6 / s for c, s in medians["write"].items()},
         "read_MBps": {c: size / 1e6 / s for c, s in medians["read"].items()},
         "list_s": medians["list"],
+        "small_write_ms": {c: s * 1000 for c, s in medians["small"].items()},
     }
     ratios = {f"native/{other}": {
         "write": figures["write_MBps"]["native"] / figures["write_MBps"][other],
         "read": figures["read_MBps"]["native"] / figures["read_MBps"][other],
-        "list (speed-up)": medians["list"][other] / medians["list"]["native"]}
+        "list (speed-up)": medians["list"][other] / medians["list"]["native"],
+        "small write (speed-up)": medians["small"][other] / medians["small"]["native"]}
         for other in ("webhdfs", "hdfs-dfs")}
     report = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "machine": platform.node(),
               "cores": os.cpu_count(), "megabytes": args.megabytes, "files": args.files,
               "rounds": args.rounds, "seconds": seconds, "figures": figures, "ratios": ratios}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\n| client | write MB/s | read MB/s | list {args.files} files (s) |")
-    print("|---|---|---|---|")
+    print(f"\n| client | write MB/s | read MB/s | list {args.files} files (s) | "
+          f"small write (ms/file) |")
+    print("|---|---|---|---|---|")
     for c in CLIENTS:
         print(f"| {c} | {figures['write_MBps'][c]:.0f} | {figures['read_MBps'][c]:.0f} | "
-              f"{figures['list_s'][c]:.2f} |")
+              f"{figures['list_s'][c]:.2f} | {figures['small_write_ms'][c]:.0f} |")
     for name, r in ratios.items():
         print(f"{name}: write {r['write']:.2f}x, read {r['read']:.2f}x, "
-              f"list {r['list (speed-up)']:.2f}x")
+              f"list {r['list (speed-up)']:.2f}x, small write {r['small write (speed-up)']:.2f}x")
     return 0
 
 
