@@ -192,6 +192,13 @@ class _FailingOver:
         return call
 
 
+def client_of(filesystem: Any) -> Any | None:
+    """The hdfs-native client of a filesystem `filesystem()` made (its calls wait out a
+    failover); None for any other object."""
+    client = getattr(filesystem, "client", None)
+    return client if isinstance(client, _FailingOver) else None
+
+
 def _translated(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """`method(*args, **kwargs)`, hdfs-native's errors as OSErrors: NoActiveNameNode for
     one that says the call was not done, PermissionError for an AccessControlException,

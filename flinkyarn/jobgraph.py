@@ -93,8 +93,8 @@ class JobEdge(msgspec.Struct, frozen=True):
 
 class OutputMode(str, enum.Enum):
     """What a file sink does with a folder that already has content (Flink's WriteMode).
-    NO_OVERWRITE: the client refuses to submit the job. OVERWRITE: the job writes into
-    a staging folder that replaces the target when the job finishes."""
+    NO_OVERWRITE: the client refuses to submit the job. OVERWRITE: the job's staging
+    folder replaces the target when the job finishes."""
 
     NO_OVERWRITE = "no_overwrite"
     OVERWRITE = "overwrite"
@@ -119,13 +119,14 @@ def output_mode(value: OutputMode | str) -> OutputMode:
 
 class FileOutput(msgspec.Struct, frozen=True):
     """A folder of part files the job writes (see flinkyarn.connectors.outputs): the
-    client checks it before submitting; for OVERWRITE the JobMaster swaps `staging` in
+    client checks it before submitting; the JobMaster puts `staging` in place at `path`
     when the job finishes and deletes it when the job fails or is canceled."""
 
     path: str                  # the target folder, as the sink has it (absolute or a URL)
     format: str                # "parquet", "csv": names the call in messages (write_<format>)
     mode: OutputMode = OutputMode.NO_OVERWRITE
-    # OVERWRITE only: the hidden sibling of `path` the sink's subtasks write into.
+    # The hidden sibling of `path` the sink's subtasks write into (None: they write into
+    # `path` itself, the root of a filesystem; OVERWRITE always has one).
     staging: str | None = None
 
 
@@ -175,9 +176,9 @@ class JobGraph(msgspec.Struct, frozen=True):
                 raise InvalidJobGraph(f"job {self.name!r} writes {output.path} twice: two "
                                       f"sinks would replace each other's part files")
             paths.add(output.path.rstrip("/"))
-            if (output.mode is OutputMode.OVERWRITE) != (output.staging is not None):
-                raise InvalidJobGraph(f"output {output.path}: a staging folder goes with "
-                                      f"mode overwrite and only with it")
+            if output.mode is OutputMode.OVERWRITE and output.staging is None:
+                raise InvalidJobGraph(f"output {output.path}: mode overwrite needs a "
+                                      f"staging folder")
 
     @property
     def uses_spark(self) -> bool:

@@ -407,10 +407,14 @@ CHECKPOINTS_NUM_RETAINED = option(
     "state.checkpoints.num-retained", integer(1), "1",
     "How many of a job's newest completed checkpoints are kept; older ones are deleted.")
 
+OUTPUT_MARK_SUCCESS = option(
+    "execution.output.mark-successful-jobs", BOOL, "true",
+    "Whether a finished job writes an empty _SUCCESS file into each of its output folders once they are complete, as Hadoop's mapreduce.fileoutputcommitter.marksuccessfuljobs (what schedulers' sensors wait for).")
+
 
 JOB_OPTIONS = ("jobmanager.execution.failover-strategy, pipeline.max-parallelism, "
                "restart-strategy.*, execution.checkpointing.*, state.checkpoints.*, "
-               "state.savepoints.* and execution.savepoint.*")
+               "state.savepoints.*, execution.savepoint.* and execution.output.*")
 
 
 def is_job_option(key: str) -> bool:
@@ -418,7 +422,7 @@ def is_job_option(key: str) -> bool:
     settings); everything else belongs to the cluster."""
     return key in (FAILOVER_STRATEGY.key, PIPELINE_MAX_PARALLELISM.key) or key.startswith(
         ("restart-strategy.", "execution.checkpointing.", "state.checkpoints.",
-         "state.savepoints.", "execution.savepoint."))
+         "state.savepoints.", "execution.savepoint.", "execution.output."))
 
 
 def is_client_option(key: str) -> bool:

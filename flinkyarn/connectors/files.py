@@ -32,14 +32,17 @@ Resumed at another parallelism, old subtask k's pending files and numbering go t
 subtask k % parallelism, which commits the ones, deletes k's later part files and keeps
 k's numbering in its own state (a later rescale hands it on).
 
-Write modes (Flink's WriteMode; flinkyarn.connectors.outputs has the details). With
-mode "no_overwrite", the default, a job whose folder exists and is not empty (or is a
-file) is refused by the client before anything runs, so the part files of two runs
-never mix. With mode "overwrite" the subtasks write into a hidden sibling staging
-folder (`.<name>.staging-<random>`, named when the sink is made), which the JobMaster
-swaps in for the folder when the job finishes and deletes when it fails or is canceled:
-the folder then has exactly the new run's part files, or, after a failure, exactly what
-it had before. The sink tells the JobGraph about its folder through `file_output()`.
+Write modes (Flink's WriteMode; flinkyarn.connectors.outputs has the details). The
+subtasks write into a hidden sibling staging folder (`.<name>.staging-<random>`, named
+when the sink is made), which the JobMaster puts in place at the folder, marked
+`_SUCCESS`, once the whole job has finished, and deletes when the job fails or is
+canceled. With mode "no_overwrite", the default, a job whose folder exists and is not
+empty (or is a file) is refused by the client before anything runs, so the part files of
+two runs never mix; with mode "overwrite" the folder's old content is replaced. Either
+way the folder has exactly the run's part files, or, after a failure, exactly what it
+had before. A checkpointed job's no_overwrite sink writes into the folder itself, each
+part file committed by its checkpoint. The sink tells the JobGraph about its folder
+through `file_output()`.
 
 All methods are called from the task thread only (see flinkyarn.pipeline.operator).
 """
@@ -410,8 +413,12 @@ class FileSink(Operator):
         self.schema = schema
         self.mode = output_mode(mode)
         # Chosen here, on the client: the JobMaster learns it from file_output().
-        self.staging = (outputs.staging_folder(self.path)
-                        if self.mode is OutputMode.OVERWRITE else None)
+        try:
+            self.staging: str | None = outputs.staging_folder(self.path)
+        except ValueError:  # the root of a filesystem: written in place, if at all
+            if self.mode is OutputMode.OVERWRITE:
+                raise
+            self.staging = None
         self.name = f"Sink: {self.format}({self.path})"
         self._writer: BatchWriter | None = None
         self._pending = False
@@ -421,14 +428,15 @@ class FileSink(Operator):
 
     def open(self, context: OperatorContext) -> None:
         super().open(context)
-        self._fs, folder = filesystems.resolve(self.staging or self.path)
+        # Checkpointed: the next part's number and the closed files waiting for their
+        # checkpoint to complete, (checkpoint id, in-progress path, part path).
+        self._checkpointed = bool(getattr(context, "checkpointing", False))
+        in_place = outputs.writes_in_place(self.file_output(), self._checkpointed)
+        self._fs, folder = filesystems.resolve(self.path if in_place else self.staging)
         filesystems.ensure_folder(self._fs, folder)
         self._folder = folder.rstrip("/")
         self._writer = None
         self._pending = False  # an in-progress file exists and was not renamed
-        # Checkpointed: the next part's number and the closed files waiting for their
-        # checkpoint to complete, (checkpoint id, in-progress path, part path).
-        self._checkpointed = bool(getattr(context, "checkpointing", False))
         self._part_number = 0
         self._to_commit: list[tuple[int, str, str]] = []
         self._adopted: dict[int, int] = {}  # old subtasks taken over: their next part number
@@ -507,10 +515,10 @@ class FileSink(Operator):
                 continue
             if name.startswith("."):
                 if name.endswith(".inprogress"):
-                    self._fs.delete_file(entry.path)
+                    filesystems.delete(self._fs, entry.path)
             elif match["rest"] == self.suffix and \
                     int(match["number"]) >= limits[int(match["subtask"])]:
-                self._fs.delete_file(entry.path)
+                filesystems.delete(self._fs, entry.path)
 
     def _commit(self, in_progress: str, part: str) -> None:
         """Renames a closed in-progress file to its part file; done already if it is gone."""
@@ -558,8 +566,7 @@ class FileSink(Operator):
         finally:
             if self._pending:
                 self._pending = False
-                if self._fs.get_file_info(self._in_progress).type != pafs.FileType.NotFound:
-                    self._fs.delete_file(self._in_progress)
+                filesystems.delete(self._fs, self._in_progress)
 
     def _start_file(self) -> BatchWriter:
         self._pending = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -73,13 +74,26 @@ def ensure_folder(fs: pafs.FileSystem, path: str) -> None:
 
 
 def replace(fs: pafs.FileSystem, source: str, target: str) -> None:
-    """Renames `source` to `target`, replacing `target` if it exists. Atomic on local
-    filesystems; on HDFS a rename does not replace, so an existing target is deleted
-    first (a reader may briefly see neither)."""
-    if not isinstance(fs, pafs.LocalFileSystem) and \
-            fs.get_file_info(target).type != pafs.FileType.NotFound:
-        fs.delete_file(target)
-    fs.move(source, target)
+    """Renames `source` to `target`, replacing `target` if it exists, in one step (on
+    HDFS, the NameNode's rename with overwrite). Raises OSError naming both if
+    afterwards `source` is still there or `target` is missing."""
+    client = _hdfs_client(fs)
+    if client is not None:
+        client.rename(source, target, True)
+    else:
+        fs.move(source, target)
+    _check_renamed(fs, source, target)
+
+
+def _hdfs_client(fs: pafs.FileSystem) -> Any | None:
+    """The hdfs-native client under a filesystem of `resolve`; None for a local one."""
+    return hdfs.client_of(getattr(getattr(fs, "handler", None), "fs", None))
+
+
+def _check_renamed(fs: pafs.FileSystem, source: str, target: str) -> None:
+    after = fs.get_file_info([source, target])
+    if after[0].type != pafs.FileType.NotFound or after[1].type == pafs.FileType.NotFound:
+        raise OSError(f"renaming {source} to {target} failed")
 
 
 def rename(fs: pafs.FileSystem, source: str, target: str) -> None:
@@ -88,18 +102,36 @@ def rename(fs: pafs.FileSystem, source: str, target: str) -> None:
     naming both if afterwards `target` is missing or `source` is still there (HDFS may
     answer a failed rename with `false` instead of an error)."""
     fs.move(source, target)
-    after = fs.get_file_info([source, target])
-    if after[0].type != pafs.FileType.NotFound or after[1].type == pafs.FileType.NotFound:
-        raise OSError(f"renaming {source} to {target} failed")
+    _check_renamed(fs, source, target)
 
 
 def delete(fs: pafs.FileSystem, path: str) -> None:
-    """Deletes the file or the folder (with its content) at `path`, if there is one."""
+    """Deletes the file or the folder (with its content) at `path`, if there is one.
+    Raises OSError naming `path` if it is still there afterwards (HDFS may answer a
+    refused delete with `false` instead of an error)."""
     kind = fs.get_file_info(path).type
     if kind == pafs.FileType.Directory:
         fs.delete_dir(path)
     elif kind != pafs.FileType.NotFound:
         fs.delete_file(path)
+    else:
+        return
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        raise OSError(f"deleting {path} failed: it is still there")
+
+
+def delete_empty_folder(fs: pafs.FileSystem, path: str) -> None:
+    """Deletes the folder `path` if it is empty; OSError naming it if it has content
+    (someone wrote into it) or is still there afterwards."""
+    if fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+        raise OSError(f"{path} is not empty")
+    delete(fs, path)
+
+
+def create_empty_file(fs: pafs.FileSystem, path: str) -> None:
+    """Creates (or truncates) the empty file `path`, such as a _SUCCESS marker."""
+    with fs.open_output_stream(path):
+        pass
 
 
 class WholeFiles:

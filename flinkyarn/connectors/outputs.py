@@ -1,30 +1,37 @@
-"""A job's file outputs under Flink's write modes (FileSystem.WriteMode).
+"""A job's file outputs, committed for the whole job as Hadoop's FileOutputCommitter
+does, under Flink's write modes (FileSystem.WriteMode).
 
-NO_OVERWRITE (the default). `check` runs in the client before anything is started or
-submitted, for every target. It refuses an output whose path is a file, or a folder
-with anything in it (hidden names too); a missing or empty folder is fine. It costs
-one status call and, for a folder, one listing per output.
+Every file sink gets a staging folder, a hidden sibling of its target
+(`<parent>/.<name>.staging-<random>`, named on the client when the sink is made, so the
+pickled sink and the JobGraph's FileOutput agree); its subtasks write their part files
+there and never touch the target while the job runs. When every task has FINISHED, the
+JobMaster commits the job's outputs before anyone hears "FINISHED" (output_commit):
 
-OVERWRITE. The sink's subtasks write into `staging`, a hidden sibling of the target
-(`<parent>/.<name>.staging-<random>`, named on the client when the sink is made, so
-the pickled sink and the JobGraph's FileOutput agree), and never touch the target
-while the job runs. When every task has FINISHED, the JobMaster calls `commit`: the
-old target, if any, is renamed to a hidden sibling `.<name>.old-<random>`, the staging
-folder is renamed to the target, and the old one is deleted. When the job fails or is
-canceled (or a commit fails) it calls `discard`, which deletes the staging folder; the
-target is untouched. A reader never sees a mix of two runs; between the two renames it
-may see no folder at the target (an HDFS rename does not replace). If the process ends
-between them, the old content is in the `.old-` sibling. A job with several outputs
-swaps them one after the other, not all at once.
+    NO_OVERWRITE (default)  the staging folder is renamed to the target, which must still
+                            be missing or empty (`check` ran on the client);
+    OVERWRITE               the old target, if any, is renamed to a hidden sibling
+                            `.<name>.old-<random>`, the staging folder to the target;
 
-Readers of the parent folder skip the hidden siblings (see filesystems.list_files).
-Every function does blocking filesystem calls: the JobMaster runs them off its loop.
+then `_SUCCESS` (an empty file) is written into each target, and the old contents are
+deleted. Should any step fail, the outputs already committed are put back as they were
+(`undo`) and the job FAILS naming the output. A failed or canceled job's staging
+folders are deleted (`discard`): its targets are as they were before the run.
+
+A checkpointed job's NO_OVERWRITE sinks write into the target itself, each part file
+committed by the checkpoint that covers it (two-phase commit, connectors/files.py): a
+reader sees what the completed checkpoints wrote; at the end of the input the job's
+commit only adds `_SUCCESS`. (A job stopped with a savepoint gets none: it goes on.)
+
+Readers skip names that start with `.` or `_` (see filesystems.list_files; pyarrow does
+the same). Every function does blocking filesystem calls: the JobMaster runs them off
+its loop.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Iterable
 from urllib.parse import urlparse
 
@@ -37,9 +44,9 @@ log = logging.getLogger(__name__)
 
 
 def staging_folder(path: str) -> str:
-    """A new, unique hidden sibling of the (normalized) folder `path` for OVERWRITE, in
-    the same form (local path or URL). ValueError for the root of a filesystem, which
-    has no sibling."""
+    """A new, unique hidden sibling of the (normalized) folder `path` for the sink's
+    subtasks to write into, in the same form (local path or URL). ValueError for the
+    root of a filesystem, which has no sibling."""
     if "://" in path:
         url = urlparse(path)
         if url.path.rstrip("/") == "":
@@ -71,50 +78,128 @@ def check(outputs: Iterable[FileOutput]) -> None:
             raise OutputExistsError(output, "exists and is not empty")
 
 
-def commit(output: FileOutput) -> str:
-    """Swaps an OVERWRITE output's staging folder in for its target (see the module
-    docstring); returns what it did, for the log. On an error the target holds either
-    its old content or, if even moving that back failed, nothing (the error's note
-    says where the old content is); the staging folder is left for `discard`."""
-    if output.staging is None:
-        raise ValueError(f"output {output.path} has no staging folder to commit")
+SUCCESS_MARKER = "_SUCCESS"
+
+
+@dataclass(frozen=True)
+class Committed:
+    """An output whose staging folder is in place at its target: what `undo` puts back."""
+
+    output: FileOutput
+    moved: bool            # the staging folder became the target (else: written in place)
+    was_empty: bool        # the target was an empty folder before (recreated by `undo`)
+    old: str | None        # OVERWRITE: where the previous content is until `finish`
+
+
+def writes_in_place(output: FileOutput, checkpointed: bool) -> bool:
+    """Whether the sink's subtasks write into the target itself: a checkpointed job's
+    NO_OVERWRITE output, or one without a staging folder (the root of a filesystem,
+    or a graph from an older client)."""
+    return output.staging is None or (checkpointed and output.mode is OutputMode.NO_OVERWRITE)
+
+
+def commit(output: FileOutput, checkpointed: bool) -> Committed:
+    """Puts the output's staging folder in place at its target (see the module
+    docstring). On an error the target is as it was, or, if even restoring it failed,
+    the error's note says where the previous content is; the staging folder is left
+    for `discard`."""
+    if writes_in_place(output, checkpointed):
+        return Committed(output, moved=False, was_empty=False, old=None)
+    assert output.staging is not None
     fs, target = filesystems.resolve(output.path)
     _, staging = filesystems.resolve(output.staging)
     # Every subtask creates it when it starts: missing only if no sink subtask ran.
     filesystems.ensure_folder(fs, staging)
-    old = None
-    if fs.get_file_info(target).type != pafs.FileType.NotFound:
+    _drop_hidden_files(fs, staging)
+    kind = fs.get_file_info(target).type
+    old, was_empty = None, False
+    if output.mode is OutputMode.NO_OVERWRITE:
+        if kind == pafs.FileType.File:
+            raise OutputExistsError(output, "is a file now (it was not when the job was submitted)")
+        if kind == pafs.FileType.Directory:
+            if fs.get_file_info(pafs.FileSelector(target)):
+                raise OutputExistsError(output, "has content now (someone wrote into it "
+                                                "while the job ran)")
+            filesystems.delete_empty_folder(fs, target)
+            was_empty = True
+    elif kind != pafs.FileType.NotFound:
         old = _hidden_sibling(target, "old")
         filesystems.rename(fs, target, old)
     try:
         filesystems.rename(fs, staging, target)
     except Exception as error:
-        if old is not None:
-            try:
-                filesystems.rename(fs, old, target)
-            except Exception as restore_error:
-                error.add_note(f"the previous content of {output.path} is in {old} "
-                               f"(moving it back failed: {restore_error})")
+        _restore(output, fs, target, old, was_empty, error)
         raise
-    if old is None:
-        return f"committed {output.path} (new)"
+    return Committed(output, moved=True, was_empty=was_empty, old=old)
+
+
+def _drop_hidden_files(fs: pafs.FileSystem, folder: str) -> None:
+    """Deletes the hidden files in a staging folder (in-progress files of attempts that
+    failed or were cut off): the target gets the part files only."""
+    for entry in fs.get_file_info(pafs.FileSelector(folder)):
+        if entry.base_name.startswith("."):
+            filesystems.delete(fs, entry.path)
+
+
+def _restore(output: FileOutput, fs: pafs.FileSystem, target: str, old: str | None,
+             was_empty: bool, error: BaseException) -> None:
+    """Puts the target's previous state back after a failed commit step."""
     try:
-        filesystems.delete(fs, old)
-    except Exception as error:  # the new content is in place: the job still succeeds
+        if old is not None:
+            filesystems.rename(fs, old, target)
+        elif was_empty:
+            filesystems.ensure_folder(fs, target)
+    except Exception as restore_error:
+        where = f" is in {old}" if old is not None else " was an empty folder"
+        error.add_note(f"the previous content of {output.path}{where} (restoring it "
+                       f"failed: {restore_error})")
+
+
+def mark(committed: Committed) -> None:
+    """Writes `_SUCCESS` into a committed output's target."""
+    fs, target = filesystems.resolve(committed.output.path)
+    filesystems.ensure_folder(fs, target)  # in place: a job that wrote nothing has none
+    filesystems.create_empty_file(fs, f"{target}/{SUCCESS_MARKER}")
+
+
+def undo(committed: Committed) -> None:
+    """Puts a committed output back as it was before the run (the new content goes
+    back to the staging folder, for `discard`); raises if a step fails."""
+    output = committed.output
+    fs, target = filesystems.resolve(output.path)
+    if not committed.moved:
+        filesystems.delete(fs, f"{target}/{SUCCESS_MARKER}")
+        return
+    assert output.staging is not None
+    _, staging = filesystems.resolve(output.staging)
+    filesystems.rename(fs, target, staging)
+    if committed.old is not None:
+        filesystems.rename(fs, committed.old, target)
+    elif committed.was_empty:
+        filesystems.ensure_folder(fs, target)
+
+
+def finish(committed: Committed) -> str:
+    """Deletes an OVERWRITE output's previous content once every output is committed;
+    returns what the commit did, for the log. A failed delete is only logged: the new
+    content is in place."""
+    path = committed.output.path
+    if not committed.moved:
+        return f"marked {path} (written in place)"
+    if committed.old is None:
+        return f"committed {path} (new)"
+    fs, _ = filesystems.resolve(path)
+    try:
+        filesystems.delete(fs, committed.old)
+    except Exception as error:
         log.warning("the previous content of %s, renamed to %s, could not be deleted: %s",
-                    output.path, old, error)
-    return f"committed {output.path} (replaced its previous content)"
+                    path, committed.old, error)
+    return f"committed {path} (replaced its previous content)"
 
 
 def discard(output: FileOutput) -> None:
-    """Deletes an OVERWRITE output's staging folder, if there is one."""
+    """Deletes an output's staging folder, if there is one."""
     if output.staging is None:
         return
     fs, staging = filesystems.resolve(output.staging)
     filesystems.delete(fs, staging)
-
-
-def staged(outputs: Iterable[FileOutput]) -> list[FileOutput]:
-    """The outputs the JobMaster commits or discards (those with a staging folder)."""
-    return [output for output in outputs if output.staging is not None]
-

@@ -1,17 +1,20 @@
-"""Write modes of file outputs on a local cluster of real processes: a second run into a
-folder with content is refused before anything starts; an overwrite replaces exactly
-the old run's part files when the job finishes and nothing when it fails."""
+"""File outputs on a local cluster of real processes: a second run into a folder with
+content is refused before anything starts; a finished job's folder holds exactly its part
+files and _SUCCESS, and an overwrite replaces the old run's; a failed job leaves the
+folder as it was, though some of its subtasks had finished."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cloudpickle
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from flinkyarn import Pipeline
 from tests.local.conftest import FAST, processes_mentioning, wait_for
@@ -88,12 +91,20 @@ def rejected(batch):
     raise ValueError("rejected by the test")
 
 
-def run(cluster, out: Path, parallelism: int, mode: str, fail: bool = False):
-    """The program's job, submitted straight to `cluster`; its details when it ended."""
+def rejected_later_by_subtask_1(batch):
+    if batch.column("n")[0].as_py() >= 1000:  # subtask 1's row (see rows)
+        time.sleep(1.5)  # subtask 0 has finished: its part file is written and committed
+        raise ValueError("rejected by the test")
+    return batch
+
+
+def run(cluster, out: Path, parallelism: int, mode: str, fail=False):
+    """The program's job, submitted straight to `cluster`; its details when it ended.
+    `fail`: True fails every subtask, a function fails whichever it rejects."""
     p = Pipeline("outputs", parallelism=parallelism,
                  configuration={"restart-strategy.type": "none"})
-    p.from_generator(rows).map(rejected if fail else (lambda batch: batch), name="check") \
-        .write_parquet(str(out), mode=mode)
+    check = fail if callable(fail) else rejected if fail else (lambda batch: batch)
+    p.from_generator(rows).map(check, name="check").write_parquet(str(out), mode=mode)
     job_id = cluster.rest.submit(p.job_graph())
     return wait_for(lambda: (d := cluster.rest.job(job_id)).status in TERMINAL and d,
                     120, "the job to end")
@@ -104,12 +115,12 @@ def test_overwrite_replaces_a_wider_run_with_exactly_the_new_part_files(start_cl
     out = tmp_path / "out"
     wide = run(cluster, out, 4, "no_overwrite")
     assert wide.status == "FINISHED", wide.failure_cause
-    assert len(os.listdir(out)) == 4
+    assert len(os.listdir(out)) == 5  # and _SUCCESS
 
     details = run(cluster, out, 2, "overwrite")
 
     assert details.status == "FINISHED", details.failure_cause
-    assert sorted(os.listdir(out)) == ["part-00000.parquet", "part-00001.parquet"]
+    assert sorted(os.listdir(out)) == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
     assert sorted(pq.read_table(out).column("n").to_pylist()) == [2, 1002]
     assert sorted(os.listdir(tmp_path)) == ["cluster-0", "out"]  # no staging, no old copy
 
@@ -126,3 +137,21 @@ def test_a_failed_overwrite_leaves_the_old_content_and_no_staging_folder(start_c
     assert "ValueError: rejected by the test" in details.failure_cause
     assert snapshot(out) == before
     assert sorted(os.listdir(tmp_path)) == ["cluster-0", "out"]
+
+
+@pytest.mark.parametrize("before", ["missing", "empty"])
+def test_a_job_that_fails_after_a_subtask_finished_leaves_the_folder_as_it_was(
+        start_cluster, tmp_path, before):
+    cluster = start_cluster()
+    out = tmp_path / "out"
+    if before == "empty":
+        out.mkdir()
+
+    details = run(cluster, out, 2, "no_overwrite", fail=rejected_later_by_subtask_1)
+
+    assert details.status == "FAILED"
+    [check] = [v for v in details.vertices if "check" in v.name]
+    assert [s.state for s in check.subtasks] == ["FINISHED", "FAILED"]
+    assert sorted(os.listdir(tmp_path)) == ["cluster-0"] + (["out"] if before == "empty" else [])
+    if before == "empty":
+        assert os.listdir(out) == []

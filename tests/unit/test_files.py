@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,7 +19,7 @@ from flinkyarn.connectors import (
     ParquetSource,
     TextSource,
 )
-from flinkyarn.connectors import filesystems
+from flinkyarn.connectors import filesystems, outputs
 from tests.operator_context import FakeContext
 
 
@@ -141,7 +142,8 @@ def test_parquet_round_trip_through_part_files(tmp_path):
     sink = ParquetSink(out)
     assert sink.name == f"Sink: parquet({out})"
     write(sink, PEOPLE.slice(0, 3).to_batches(), subtask=0)
-    write(ParquetSink(out), PEOPLE.slice(3).to_batches(), subtask=2)
+    write(sink, PEOPLE.slice(3).to_batches(), subtask=2)
+    outputs.commit(sink.file_output(), checkpointed=False)  # the JobMaster's, at the end
     assert sorted(p.name for p in out.iterdir()) == ["part-00000.parquet", "part-00002.parquet"]
     [table] = read_all(ParquetSource(out), batch_size=2)
     assert table.equals(PEOPLE)
@@ -151,7 +153,9 @@ def test_parquet_round_trip_through_part_files(tmp_path):
 
 def test_csv_round_trip_with_a_schema(tmp_path):
     out = tmp_path / "csv"
-    write(CsvSink(out), PEOPLE.to_batches(max_chunksize=2), subtask=1)
+    sink = CsvSink(out)
+    write(sink, PEOPLE.to_batches(max_chunksize=2), subtask=1)
+    outputs.commit(sink.file_output(), checkpointed=False)
     assert (out / "part-00001.csv").read_text().splitlines()[0] == '"id","name","score"'
     [table] = read_all(CsvSource(out, schema=PEOPLE.schema), batch_size=2)
     assert table.equals(PEOPLE)
@@ -204,34 +208,40 @@ def test_unsupported_scheme():
 
 
 def test_part_file_appears_only_when_finished(tmp_path):
-    sink = ParquetSink(tmp_path)
+    sink = ParquetSink(tmp_path / "out")
+    folder = Path(sink.staging)  # the job's output goes in place when the job finishes
     sink.open(FakeContext(subtask_index=4, attempt_number=0))
     sink.process(PEOPLE.to_batches()[0], 0)
-    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
-    assert read_all(ParquetSource(tmp_path)) == [None]  # in-progress files are hidden
+    assert [p.name for p in folder.iterdir() if not p.name.startswith(".")] == []
+    assert read_all(ParquetSource(folder)) == [None]  # in-progress files are hidden
     sink.finish()
     sink.close()
-    assert [p.name for p in tmp_path.iterdir()] == ["part-00004.parquet"]
+    assert [p.name for p in folder.iterdir()] == ["part-00004.parquet"]
 
 
 def test_a_retried_attempt_replaces_the_part_file_and_a_failed_one_leaves_nothing(tmp_path):
-    write(ParquetSink(tmp_path), PEOPLE.to_batches(), subtask=1, attempt=0)
-    write(ParquetSink(tmp_path), PEOPLE.slice(0, 1).to_batches(), subtask=1, attempt=1, finish=False)
-    assert [p.name for p in tmp_path.iterdir()] == ["part-00001.parquet"]
-    assert pq.read_table(tmp_path / "part-00001.parquet").equals(PEOPLE)
-    write(ParquetSink(tmp_path), PEOPLE.slice(0, 2).to_batches(), subtask=1, attempt=2)
-    assert [p.name for p in tmp_path.iterdir()] == ["part-00001.parquet"]
-    assert pq.read_table(tmp_path / "part-00001.parquet").equals(PEOPLE.slice(0, 2))
+    sink = ParquetSink(tmp_path / "out")  # each attempt unpickles the same sink
+    folder = Path(sink.staging)
+    write(sink, PEOPLE.to_batches(), subtask=1, attempt=0)
+    write(sink, PEOPLE.slice(0, 1).to_batches(), subtask=1, attempt=1, finish=False)
+    assert [p.name for p in folder.iterdir()] == ["part-00001.parquet"]
+    assert pq.read_table(folder / "part-00001.parquet").equals(PEOPLE)
+    write(sink, PEOPLE.slice(0, 2).to_batches(), subtask=1, attempt=2)
+    assert [p.name for p in folder.iterdir()] == ["part-00001.parquet"]
+    assert pq.read_table(folder / "part-00001.parquet").equals(PEOPLE.slice(0, 2))
 
 
 def test_empty_input_writes_an_empty_file_only_when_the_schema_is_known(tmp_path):
-    write(ParquetSink(tmp_path / "unknown"), [])
-    assert list((tmp_path / "unknown").iterdir()) == []
-    write(ParquetSink(tmp_path / "known", schema=PEOPLE.schema), [])
-    assert pq.read_table(tmp_path / "known" / "part-00000.parquet").schema == PEOPLE.schema
-    write(CsvSink(tmp_path / "csv"), [pa.RecordBatch.from_pylist([], schema=PEOPLE.schema)])
-    assert (tmp_path / "csv" / "part-00000.csv").read_text().strip() == '"id","name","score"'
-    [table] = read_all(ParquetSource(tmp_path / "known"))
+    sinks = [ParquetSink(tmp_path / "unknown"), ParquetSink(tmp_path / "known", schema=PEOPLE.schema),
+             CsvSink(tmp_path / "csv")]
+    unknown, known, csv = (Path(sink.staging) for sink in sinks)
+    write(sinks[0], [])
+    assert list(unknown.iterdir()) == []
+    write(sinks[1], [])
+    assert pq.read_table(known / "part-00000.parquet").schema == PEOPLE.schema
+    write(sinks[2], [pa.RecordBatch.from_pylist([], schema=PEOPLE.schema)])
+    assert (csv / "part-00000.csv").read_text().strip() == '"id","name","score"'
+    [table] = read_all(ParquetSource(known))
     assert table.num_rows == 0 and table.schema == PEOPLE.schema
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import local_hadoop
-from flinkyarn.connectors import ParquetSink, ParquetSource, TextSource
+from flinkyarn.connectors import ParquetSink, ParquetSource, TextSource, outputs
 from tests.operator_context import FakeContext
 
 
@@ -52,9 +52,11 @@ PEOPLE = pa.table({"id": [1, 2, 3, 4, 5], "name": ["ann", "bob", "cy", "dé", "e
 
 def test_parquet_part_files_on_hdfs(folder):
     url = f"{local_hadoop.DEFAULT_FS}{folder}/out"
-    write(ParquetSink(url), PEOPLE.slice(0, 1), subtask=0)
-    write(ParquetSink(url), PEOPLE.slice(0, 2), subtask=1, attempt=0)
-    write(ParquetSink(url), PEOPLE.slice(1), subtask=1, attempt=1)  # a retry replaces attempt 0
+    sink = ParquetSink(url)  # each subtask and attempt unpickles the same sink
+    write(sink, PEOPLE.slice(0, 1), subtask=0)
+    write(sink, PEOPLE.slice(0, 2), subtask=1, attempt=0)
+    write(sink, PEOPLE.slice(1), subtask=1, attempt=1)  # a retry replaces attempt 0
+    outputs.commit(sink.file_output(), checkpointed=False)  # the JobMaster's, at the end
     listing = hdfs("-ls", "-C", f"{folder}/out").split()
     assert listing == [f"{folder}/out/part-00000.parquet", f"{folder}/out/part-00001.parquet"]
     assert hdfs("-cat", f"{folder}/out/part-00001.parquet").startswith("PAR1")

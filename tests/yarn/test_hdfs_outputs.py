@@ -76,7 +76,9 @@ def test_overwrite_swaps_the_folder_on_hdfs(cluster, folder):
     url = f"hdfs://{folder}/out"  # hdfs:///tmp/...: the configured NameNode
     assert run(cluster, job(url, 4, "no_overwrite")).status == "FINISHED"
     before = tree(folder)
-    assert len(before) == 5 and before[0].endswith(f" {folder}/out")  # the folder, 4 parts
+    # The folder, its marker and 4 parts.
+    assert len(before) == 6 and before[0].endswith(f" {folder}/out")
+    assert before[1].split()[4::3] == ["0", f"{folder}/out/_SUCCESS"]  # empty
 
     with pytest.raises(OutputExistsError, match=f"output {url} exists and is not empty"):
         outputs.check(job(url, 2, "no_overwrite").outputs)
@@ -89,6 +91,6 @@ def test_overwrite_swaps_the_folder_on_hdfs(cluster, folder):
 
     assert details.status == "FINISHED", details.failure_cause
     after = [line.split()[-1] for line in tree(folder)]
-    assert after == [f"{folder}/out", f"{folder}/out/part-00000.csv",
+    assert after == [f"{folder}/out", f"{folder}/out/_SUCCESS", f"{folder}/out/part-00000.csv",
                      f"{folder}/out/part-00001.csv"]
-    assert hdfs("-cat", *after[1:]).split() == ['"n"', "2", '"n"', "1002"]
+    assert hdfs("-cat", *after[2:]).split() == ['"n"', "2", '"n"', "1002"]

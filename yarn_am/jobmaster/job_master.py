@@ -65,8 +65,7 @@ from yarn_am.jobmaster.checkpoint_coordinator import (Aborted, CheckpointCoordin
 from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
 from yarn_am.jobmaster.job_output import JobOutput
-from yarn_am.jobmaster.output_commit import (STATUS_WHILE_FINISHING, finish_outputs,
-                                             has_staged_outputs)
+from yarn_am.jobmaster.output_commit import STATUS_WHILE_FINISHING, finish_outputs
 from yarn_am.jobmaster.execution_graph import ExecutionGraph, ExecutionState, JobStatus, SlotInfo
 from yarn_am.jobmaster import restart_strategy
 from yarn_am.jobmaster.scheduler import Scheduler
@@ -102,6 +101,7 @@ class JobMasterConfig:
     checkpoint: CheckpointConfig = CheckpointConfig()
     max_parallelism: int = -1  # pipeline.max-parallelism as set (-1: not)
     blocklist: BlocklistConfig = BlocklistConfig()
+    mark_success: bool = True  # a finished job's outputs get _SUCCESS
 
     @classmethod
     def from_configuration(cls, conf: Configuration) -> "JobMasterConfig":
@@ -119,7 +119,8 @@ class JobMasterConfig:
                    conf.get(options.FAILOVER_STRATEGY),
                    RestartStrategyConfig.from_configuration(conf), checkpoint,
                    conf.get(options.PIPELINE_MAX_PARALLELISM),
-                   BlocklistConfig.from_configuration(conf))
+                   BlocklistConfig.from_configuration(conf),
+                   conf.get(options.OUTPUT_MARK_SUCCESS))
 
 
 @dataclass(frozen=True)
@@ -922,18 +923,20 @@ class JobMaster(RpcEndpoint):
 
     def _terminate(self, status: JobStatus, cause: str | None) -> None:
         self._terminated.set()
+        # Terminal to no one until its outputs are final and its result is reported.
+        self._status_while_finishing = STATUS_WHILE_FINISHING[status]
         self.end_time = time.time()
         log.info("job %s %s%s", self.job_id, status.value, f": {cause}" if cause else "")
         self.spawn(self._shut_down(status, cause), "shutdown")
 
     async def _shut_down(self, status: JobStatus, cause: str | None) -> None:
         """Drops the job's partitions, gives every slot back, leaves the ResourceManager,
-        then reports the result. OVERWRITE outputs are committed or discarded first; a
+        then reports the result. Its file outputs are committed or discarded first; a
         failed commit fails the job (output_commit)."""
-        if has_staged_outputs(self.job_graph):
-            self._status_while_finishing = STATUS_WHILE_FINISHING[status]
-            status, cause = await finish_outputs(self.job_graph, status, cause,
-                                                 self.run_blocking)
+        status, cause = await finish_outputs(
+            self.job_graph, status, cause, self.run_blocking,
+            checkpointed=self.checkpoints is not None,
+            mark_success=self.config.mark_success and not self._stopping_after_savepoint)
         if self.checkpoints is not None:
             await self._end_checkpoints(status)
         frees = [c for c in self.slot_pool.close(self._now()) if isinstance(c, sp.FreeSlot)]

@@ -1,23 +1,25 @@
-"""The JobMaster's last step for a job's OVERWRITE file outputs (Flink's
-FinalizeOnMaster): when the job has FINISHED, each staging folder is swapped in for
-its target; when it FAILED or was CANCELED, the staging folders are deleted. The file
-operations are flinkyarn.connectors.outputs'; this module decides which to run and
+"""The JobMaster's last step for a job's file outputs (Flink's FinalizeOnMaster, Hadoop's
+FileOutputCommitter's commitJob): when the job has FINISHED, every output's staging
+folder is put in place at its target and marked `_SUCCESS`; when it FAILED or was
+CANCELED, the staging folders are deleted. The file operations are
+flinkyarn.connectors.outputs'; this module decides which to run, in what order, and
 what a failure does to the job's result.
 
 Transitions of the result:
 
-    FINISHED -> FINISHED   every output committed
-    FINISHED -> FAILED     a commit failed (the cause names the output); the outputs not
-                           yet committed are discarded
-    FAILED, CANCELED       unchanged; every staging folder is discarded
+    FINISHED -> FINISHED   every output committed (and marked, unless marking is off)
+    FINISHED -> FAILED     a step failed (the cause names the output): the outputs
+                           committed before it are put back as they were
+    FAILED, CANCELED       unchanged; every staging folder is deleted
 
-A staging folder that cannot be deleted is logged and changes nothing.
+The JobMaster reports the job as RUNNING (FAILING, CANCELLING) while this runs, so no
+one hears of its end before its outputs are final. A staging folder that cannot be
+deleted is logged and changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
 from typing import Any, Awaitable, Callable
 
 from flinkyarn.jobgraph import JobGraph
@@ -35,37 +37,55 @@ STATUS_WHILE_FINISHING = {JobStatus.FINISHED: JobStatus.RUNNING,
                           JobStatus.CANCELED: JobStatus.CANCELLING}
 
 
-def has_staged_outputs(graph: JobGraph) -> bool:
-    return any(output.staging is not None for output in graph.outputs)
-
-
 async def finish_outputs(graph: JobGraph, status: JobStatus, cause: str | None,
-                         run_blocking: RunBlocking) -> tuple[JobStatus, str | None]:
-    """The job's result after its OVERWRITE outputs are committed or discarded (see the
-    module docstring). Called once, on the JobMaster's loop, after the job reached a
-    terminal status and before it reports its result; `run_blocking` runs the
-    filesystem calls off the loop."""
+                         run_blocking: RunBlocking, checkpointed: bool = False,
+                         mark_success: bool = True) -> tuple[JobStatus, str | None]:
+    """The job's result after its outputs are committed or discarded (see the module
+    docstring). Called once, on the JobMaster's loop, after the job reached a terminal
+    status and before it reports its result; `run_blocking` runs the filesystem calls
+    off the loop. `checkpointed`: the job ran with checkpoints (its NO_OVERWRITE sinks
+    wrote in place); `mark_success`: whether to write `_SUCCESS` (not after a stop with
+    a savepoint, whose job goes on)."""
+    if not graph.outputs:
+        return status, cause
     # pyarrow only in an AppMaster whose jobs write files.
     from flinkyarn.connectors import outputs
 
-    remaining = outputs.staged(graph.outputs)
-    while status is JobStatus.FINISHED and remaining:
-        output = remaining[0]
+    committed: list[outputs.Committed] = []
+    if status is JobStatus.FINISHED:
         try:
-            done = await run_blocking(outputs.commit, output)
+            step = "committing"
+            for output in graph.outputs:
+                committed.append(await run_blocking(outputs.commit, output, checkpointed))
+            # Marked once all are in place: no marker for an output that is then undone.
+            step = f"writing {outputs.SUCCESS_MARKER} into"
+            for done in committed if mark_success else ():
+                output = done.output
+                await run_blocking(outputs.mark, done)
         except Exception as error:
-            detail = "".join(traceback.format_exception_only(error)).strip()
-            cause = f"committing output {output.path} failed: {detail}"
+            notes = "".join(f"; {note}" for note in getattr(error, "__notes__", ()))
+            cause = f"{step} output {output.path} failed: {type(error).__name__}: {error}{notes}"
             log.error("job %s: %s", graph.job_id, cause)
             status = JobStatus.FAILED
-            break
-        remaining.pop(0)
-        log.info("job %s: %s", graph.job_id, done)
-    for output in remaining:
+            # Every output committed so far goes back as it was.
+            for done in reversed(committed):
+                try:
+                    await run_blocking(outputs.undo, done)
+                    log.info("job %s: put %s back as it was", graph.job_id, done.output.path)
+                except Exception as undo_error:
+                    log.error("job %s: putting %s back as it was failed: %s", graph.job_id,
+                              done.output.path, undo_error)
+                    cause += (f"; putting {done.output.path} back as it was failed too: "
+                              f"{undo_error}")
+            committed = []
+    for done in committed:
+        log.info("job %s: %s", graph.job_id, await run_blocking(outputs.finish, done))
+    kept = {done.output.path for done in committed}
+    for output in graph.outputs:
+        if output.path in kept or output.staging is None:
+            continue
         try:
             await run_blocking(outputs.discard, output)
-            log.info("job %s %s: deleted the staging folder %s of output %s", graph.job_id,
-                     status.value, output.staging, output.path)
         except Exception as error:
             log.warning("job %s: the staging folder %s of output %s could not be deleted: %s",
                         graph.job_id, output.staging, output.path, error)
