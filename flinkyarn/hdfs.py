@@ -202,7 +202,8 @@ def client_of(filesystem: Any) -> Any | None:
 def _translated(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """`method(*args, **kwargs)`, hdfs-native's errors as OSErrors: NoActiveNameNode for
     one that says the call was not done, PermissionError for an AccessControlException,
-    OSError (first line only, with the Java exception's name) for another refusal."""
+    FileExistsError for a FileAlreadyExistsException, OSError (first line only, with the
+    Java exception's name) for another refusal."""
     try:
         return method(*args, **kwargs)
     except ConnectionError as error:  # refused, reset: no NameNode took it
@@ -217,6 +218,8 @@ def _translated(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
             raise NoActiveNameNode(said) from None
         if "AccessControlException" in exception:
             raise PermissionError(said) from None
+        if "FileAlreadyExistsException" in exception:
+            raise FileExistsError(said) from None
         raise OSError(said) from None
     except OSError as error:
         if "Connection refused" in str(error) or "os error 111" in str(error):

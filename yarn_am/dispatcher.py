@@ -27,7 +27,7 @@ import logging
 import msgspec
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from flinkyarn import checkpoints, key_groups, options, retry
 from flinkyarn.archive import ArchivedJob, JobArchive
@@ -54,6 +54,9 @@ from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.jobmaster.scheduler import slots_at_once_from
 from yarn_am.resourcemanager.resource_manager import ResourceManager
 
+
+if TYPE_CHECKING:  # pyarrow only in an AppMaster whose jobs write files
+    from flinkyarn.connectors.output_claims import Claims
 log = logging.getLogger(__name__)
 
 
@@ -166,24 +169,60 @@ class Dispatcher(RpcEndpoint):
         # From the graph first: a job far too wide is refused before it costs memory.
         self._check_capacity(graph, slots_at_once_from(graph), capacity, bound)
         savepoint = await self._savepoint_of(graph, config, recovered)
-        job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
-                               on_terminated=self._job_terminated, clock=self._clock,
-                               savepoint=savepoint, attempt=self._attempt)
-        self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
-        if self._store is not None and not (recovered or kept):  # accepted: it survives us
-            try:
-                await self.run_blocking(self._store.put_graph, graph)
-            except OSError as error:
-                raise ValueError(f"job {graph.name!r} cannot be stored in "
-                                 f"{self._store.folder}: {error}") from None
-        if graph.job_id in self.jobs:  # submitted again while we asked
-            raise ValueError(f"job {graph.job_id} was already submitted")
-        if self.stopping:  # the AppMaster stops while the graph was stored
-            raise ValueError(f"job {graph.name!r} cannot run: the AppMaster is stopping")
+        claims = await self._claim_outputs(graph)
+        try:
+            job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
+                                   on_terminated=self._job_terminated, clock=self._clock,
+                                   savepoint=savepoint, attempt=self._attempt, claims=claims)
+            self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
+            if self._store is not None and not (recovered or kept):  # accepted: it survives us
+                try:
+                    await self.run_blocking(self._store.put_graph, graph)
+                except OSError as error:
+                    raise ValueError(f"job {graph.name!r} cannot be stored in "
+                                     f"{self._store.folder}: {error}") from None
+            if graph.job_id in self.jobs:  # submitted again while we asked
+                raise ValueError(f"job {graph.job_id} was already submitted")
+            if self.stopping:  # the AppMaster stops while the graph was stored
+                raise ValueError(f"job {graph.name!r} cannot run: the AppMaster is stopping")
+        except BaseException:
+            await self._release_claims(claims, graph)
+            raise
         self.jobs[graph.job_id] = JobRecord(job_master, job_master.output)
         self.spawn(self._supervise(job_master), f"jobmaster-{graph.job_id}")
         log.info("job %s (%s) submitted: %d vertices", graph.job_id, graph.name, len(graph.vertices))
         return JobSubmitted(graph.job_id)
+
+    async def _claim_outputs(self, graph: JobGraph) -> Claims | None:
+        """The job's claims on its output folders (output_claims); ValueError naming the
+        folder and its holder when another running job holds one."""
+        if not graph.outputs:
+            return None
+        from flinkyarn.connectors import output_claims
+
+        def alive(holder: output_claims.Holder) -> bool:
+            return output_claims.holder_alive(holder, self._application_id, self._job_running)
+        holder = output_claims.Holder.this_process(graph.job_id, self._application_id)
+        try:
+            return await self.run_blocking(output_claims.claim_all, graph.outputs, holder, alive)
+        except output_claims.OutputBusyError as error:
+            raise ValueError(f"job {graph.name!r} cannot run: {error}") from None
+        except OSError as error:
+            raise ValueError(f"job {graph.name!r} cannot claim its output folders: "
+                             f"{error}") from None
+
+    def _job_running(self, job_id: str) -> bool:
+        record = self.jobs.get(JobID(job_id))
+        return record is not None and record.result is None
+
+    async def _release_claims(self, claims: Claims | None, graph: JobGraph) -> None:
+        if claims is None:
+            return
+        try:
+            await self.run_blocking(claims.release)
+        except Exception as error:  # stale now: the next job breaks it
+            log.warning("job %s: releasing the claims on its output folders failed: %s",
+                        graph.job_id, error)
 
     async def _savepoint_of(self, graph: JobGraph, config: JobMasterConfig,
                             recovered: bool = False) -> Resume | None:
@@ -235,6 +274,7 @@ class Dispatcher(RpcEndpoint):
             await job_master.run()
         except Exception as error:  # not CancelledError: a BaseException
             cause = self._job_master_failed(job_master, error)
+            await self._release_claims(job_master.claims, job_master.job_graph)
             try:
                 await job_master.abandon(cause.split("\n", 1)[0])
             except Exception:  # its state may be what broke: the heartbeats clean up

@@ -432,7 +432,8 @@ class FileSink(Operator):
         # checkpoint to complete, (checkpoint id, in-progress path, part path).
         self._checkpointed = bool(getattr(context, "checkpointing", False))
         in_place = outputs.writes_in_place(self.file_output(), self._checkpointed)
-        self._fs, folder = filesystems.resolve(self.path if in_place else self.staging)
+        self._fs, folder = filesystems.resolve(self.path if in_place or self.staging is None
+                                               else self.staging)
         filesystems.ensure_folder(self._fs, folder)
         self._folder = folder.rstrip("/")
         self._writer = None

@@ -13,6 +13,7 @@ Functions here are pure apart from the filesystem calls and safe to call from an
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 from typing import Any
@@ -102,6 +103,24 @@ def rename(fs: pafs.FileSystem, source: str, target: str) -> None:
     naming both if afterwards `target` is missing or `source` is still there (HDFS may
     answer a failed rename with `false` instead of an error)."""
     fs.move(source, target)
+    _check_renamed(fs, source, target)
+
+
+def rename_exclusive(fs: pafs.FileSystem, source: str, target: str) -> None:
+    """Renames the folder `source` to `target` in one step that fails with
+    FileExistsError when `target` exists (HDFS: the NameNode's rename without
+    overwrite; local: rename(2), which refuses a target folder that is not empty, so
+    `source` must not be empty). Checked as `rename`."""
+    client = _hdfs_client(fs)
+    try:
+        if client is not None:
+            client.rename(source, target, False)
+        else:
+            os.rename(source, target)
+    except OSError as error:
+        if isinstance(error, FileExistsError) or error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise FileExistsError(f"{target} exists") from None
+        raise
     _check_renamed(fs, source, target)
 
 

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from flinkyarn import Pipeline
+from yarn_client.rest_client import RestError
 from tests.local.conftest import FAST, processes_mentioning, wait_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -32,6 +33,7 @@ import sys
 import pyarrow as pa
 
 from flinkyarn import Pipeline
+from yarn_client.rest_client import RestError
 
 
 def rows(subtask, parallelism):
@@ -155,3 +157,28 @@ def test_a_job_that_fails_after_a_subtask_finished_leaves_the_folder_as_it_was(
     assert sorted(os.listdir(tmp_path)) == ["cluster-0"] + (["out"] if before == "empty" else [])
     if before == "empty":
         assert os.listdir(out) == []
+
+
+def slowly(batch):
+    time.sleep(3)
+    return batch
+
+
+def test_of_two_jobs_into_one_folder_one_runs_and_the_other_is_refused_naming_it(
+        start_cluster, tmp_path):
+    cluster = start_cluster(**WIDE)
+    out = tmp_path / "out"
+
+    def graph(check):
+        p = Pipeline("outputs", parallelism=2)
+        p.from_generator(rows).map(check, name="check").write_parquet(str(out))
+        return p.job_graph()
+    first = cluster.rest.submit(graph(slowly))
+    with pytest.raises(RestError) as refused:
+        cluster.rest.submit(graph(lambda batch: batch))
+    assert f"cannot run: output {out} is being written by job {first} in a local cluster" \
+        in str(refused.value)
+    assert wait_for(lambda: (d := cluster.rest.job(first)).status in TERMINAL and d, 120,
+                    "the first job to end").status == "FINISHED"
+    assert sorted(os.listdir(out)) == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
+    assert sorted(os.listdir(tmp_path)) == ["cluster-0", "out"]  # the claim is gone

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from flinkyarn import checkpoints, key_groups, options, retry
 from flinkyarn.checkpoints import (CheckpointMetadata, SubtaskState, TaskRestore,
@@ -71,6 +71,9 @@ from yarn_am.jobmaster import restart_strategy
 from yarn_am.jobmaster.scheduler import Scheduler
 from yarn_am.jobmaster.slot_pool import SlotPool, SlotRequestId
 
+
+if TYPE_CHECKING:  # pyarrow only in an AppMaster whose jobs write files
+    from flinkyarn.connectors.output_claims import Claims
 log = logging.getLogger(__name__)
 
 
@@ -146,13 +149,16 @@ class JobMaster(RpcEndpoint):
     def __init__(self, rpc: RpcService, job_graph: JobGraph, resource_manager_address: str,
                  config: JobMasterConfig, on_terminated: Callable[[JobResult], None],
                  clock: Clock | None = None,
-                 savepoint: Resume | None = None, attempt: int = 1) -> None:
+                 savepoint: Resume | None = None, attempt: int = 1,
+                 claims: Claims | None = None) -> None:
         """`savepoint`: what the job resumes from (the Dispatcher read and checked it);
-        `attempt`: the AppMaster's YARN application attempt, which its leader id names."""
+        `attempt`: the AppMaster's YARN application attempt, which its leader id names;
+        `claims`: on its output folders, released once its outputs are final."""
         super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway, clock)
         self.job_graph = job_graph
         self.job_id = job_graph.job_id
         self.config = config
+        self.claims = claims
         self._on_terminated = on_terminated
         self.job_master_id = JobMasterId(leader_id(attempt))
         self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
@@ -937,6 +943,12 @@ class JobMaster(RpcEndpoint):
             self.job_graph, status, cause, self.run_blocking,
             checkpointed=self.checkpoints is not None,
             mark_success=self.config.mark_success and not self._stopping_after_savepoint)
+        if self.claims is not None:  # before the result is out: the next job may claim
+            try:
+                await self.run_blocking(self.claims.release)
+            except Exception as error:  # the next job finds it stale: this job's end stands
+                log.warning("job %s: releasing the claims on its output folders failed: %s",
+                            self.job_id, error)
         if self.checkpoints is not None:
             await self._end_checkpoints(status)
         frees = [c for c in self.slot_pool.close(self._now()) if isinstance(c, sp.FreeSlot)]
