@@ -5,11 +5,14 @@ Kubernetes, we have YARN's attempts and HDFS.
 
     <folder>/jobs/<job id>.msgpack       every accepted JobGraph, before it is acknowledged
     <folder>/results/<job id>.json       the final JobDetails of every job that ended
+    <folder>/commits/<job id>.<flags>    an empty file: the job finished and its output
+                                         commit began (removed once its result is stored)
     <folder>/leader-<attempt>.json       each attempt's REST address, once it serves
 
 Each file is written whole under a hidden name, then renamed: a reader sees all of it
-or nothing. A job with a result is never run again; a job without one is run again by
-the next attempt. Clients find the AppMaster of the newest attempt through its leader
+or nothing. A job with a result is never run again; a job whose output commit began
+has its commit finished by the next attempt, not run again (connectors/outputs.py);
+any other job is run again by the next attempt. Clients find the AppMaster of the newest attempt through its leader
 file (the REST address changes with the container)."""
 
 from __future__ import annotations
@@ -79,6 +82,24 @@ class JobStore:
                 found[details.job_id] = details
         return found
 
+    def put_commit_started(self, job_id: JobID, mark_success: bool, checkpointed: bool) -> None:
+        """The job finished and its output commit begins, with these settings (in the
+        empty file's name: nothing to write, so no data block on HDFS)."""
+        self._files.write(f"commits/{job_id}.{_commit_flags(mark_success, checkpointed)}", b"")
+
+    def commits_started(self) -> dict[JobID, tuple[bool, bool]]:
+        """(mark_success, checkpointed) of each job whose output commit began."""
+        found = {}
+        for name in self._files.names("commits"):
+            job_id, _, flags = name.partition(".")
+            found[JobID(job_id)] = ("nomark" not in flags, "checkpointed" in flags)
+        return found
+
+    def forget_commit(self, job_id: JobID) -> None:
+        for name in self._files.names("commits"):
+            if name.partition(".")[0] == job_id:
+                self._files.delete(f"commits/{name}")
+
     # ---------------------------------------------------------------- leaders
 
     def put_leader(self, leader: Leader) -> None:
@@ -92,3 +113,7 @@ class JobStore:
             return None
         return msgspec.json.decode(self._files.read(f"leader-{max(attempts)}.json"),
                                    type=Leader)
+
+
+def _commit_flags(mark_success: bool, checkpointed: bool) -> str:
+    return f"{'mark' if mark_success else 'nomark'}-{'checkpointed' if checkpointed else 'staged'}"

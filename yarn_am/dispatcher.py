@@ -27,7 +27,7 @@ import logging
 import msgspec
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from flinkyarn import checkpoints, key_groups, options, retry
 from flinkyarn.archive import ArchivedJob, JobArchive
@@ -51,6 +51,7 @@ from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster.execution_graph import ExecutionJobVertex, ExecutionState, JobStatus
 from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult, Resume
 from yarn_am.jobmaster.job_output import JobOutput
+from yarn_am.jobmaster.output_commit import finish_outputs
 from yarn_am.jobmaster.scheduler import slots_at_once_from
 from yarn_am.resourcemanager.resource_manager import ResourceManager
 
@@ -117,6 +118,11 @@ class Dispatcher(RpcEndpoint):
         every AppMaster attempt: it is not stored again (an HDFS write before the job
         could start). `again`: an earlier attempt ran it; it goes on from its latest
         completed checkpoint, if it took one. ValueError when it is refused."""
+        if again and self._store is not None:
+            commits = await self.run_blocking(self._store.commits_started)
+            if graph.job_id in commits:
+                await self._finish_commit(graph, *commits[graph.job_id])
+                return JobSubmitted(graph.job_id)
         if again:
             log.info("job %s (%s) did not end in the previous AppMaster attempt: it runs again",
                      graph.job_id, graph.name)
@@ -131,8 +137,12 @@ class Dispatcher(RpcEndpoint):
         results = await self.run_blocking(self._store.results)
         for details in results.values():
             self._add_ended(details)
+        commits = await self.run_blocking(self._store.commits_started)
         for graph in await self.run_blocking(self._store.graphs):
             if graph.job_id in results:
+                continue
+            if graph.job_id in commits:
+                await self._finish_commit(graph, *commits[graph.job_id])
                 continue
             log.info("job %s (%s) was running when the previous AppMaster attempt ended: "
                      "it runs again", graph.job_id, graph.name)
@@ -146,6 +156,42 @@ class Dispatcher(RpcEndpoint):
                 await self.run_blocking(self._store.put_result, details)
                 await self._archive_job(details, graph)
                 self._add_ended(details)
+
+    async def _finish_commit(self, graph: JobGraph, mark_success: bool,
+                             checkpointed: bool) -> None:
+        """A job that finished in an earlier attempt, which began committing its outputs
+        and ended before its result was stored: this attempt finishes the commit (or,
+        failing, puts the outputs back and fails the job) and records the result; the
+        job does not run again."""
+        assert self._store is not None  # only a stored commit is finished
+        log.info("job %s (%s) finished in the previous AppMaster attempt, which began "
+                 "committing its outputs: this attempt finishes the commit",
+                 graph.job_id, graph.name)
+        start = time.time()
+        cause: str | None
+        try:
+            claims = await self._claim_outputs(graph)
+        except ValueError as error:
+            status, cause = JobStatus.FAILED, str(error)
+        else:
+            status, cause = await finish_outputs(graph, JobStatus.FINISHED, None,
+                                                 self.run_blocking, checkpointed=checkpointed,
+                                                 mark_success=mark_success, recovering=True)
+            await self._release_claims(claims, graph)
+        details = JobDetails(graph.job_id, graph.name, status.value, start, time.time(),
+                             cause, [], root_cause=cause)
+        await self.run_blocking(self._store.put_result, details)
+        await self._forget_commit(graph.job_id)
+        await self._archive_job(details, graph)
+        self._add_ended(details)
+
+    async def _forget_commit(self, job_id: JobID) -> None:
+        assert self._store is not None
+        try:
+            await self.run_blocking(self._store.forget_commit, job_id)
+        except OSError as error:  # its result is stored: a later attempt reads that first
+            log.warning("job %s: its record of the output commit cannot be removed from "
+                        "%s: %s", job_id, self._store.folder, error)
 
     def _add_ended(self, details: JobDetails) -> None:
         record = JobRecord(None, JobOutput(), JobResult(
@@ -173,7 +219,8 @@ class Dispatcher(RpcEndpoint):
         try:
             job_master = JobMaster(self.rpc, graph, self.rpc.address, config,
                                    on_terminated=self._job_terminated, clock=self._clock,
-                                   savepoint=savepoint, attempt=self._attempt, claims=claims)
+                                   savepoint=savepoint, attempt=self._attempt, claims=claims,
+                                   commit_starts=self._commit_recorder(graph.job_id))
             self._check_capacity(graph, job_master.scheduler.slots_at_once, capacity, bound)
             if self._store is not None and not (recovered or kept):  # accepted: it survives us
                 try:
@@ -210,6 +257,17 @@ class Dispatcher(RpcEndpoint):
         except OSError as error:
             raise ValueError(f"job {graph.name!r} cannot claim its output folders: "
                              f"{error}") from None
+
+    def _commit_recorder(self, job_id: JobID) -> Callable[[bool, bool], Awaitable[None]] | None:
+        """What records in the job store that the job's output commit begins (None
+        without a store: no later attempt could finish it)."""
+        store = self._store
+        if store is None:
+            return None
+
+        async def record(mark_success: bool, checkpointed: bool) -> None:
+            await self.run_blocking(store.put_commit_started, job_id, mark_success, checkpointed)
+        return record
 
     def _job_running(self, job_id: str) -> bool:
         record = self.jobs.get(JobID(job_id))
@@ -305,6 +363,7 @@ class Dispatcher(RpcEndpoint):
         record.result = result
         assert record.job_master is not None  # dropped here only
         graph = record.job_master.job_graph
+        commit_recorded = record.job_master.commit_recorded
         try:
             record.final = self._details(record)
         except Exception:
@@ -322,11 +381,13 @@ class Dispatcher(RpcEndpoint):
             record.ended.set()
         else:  # whoever waits for the result hears of it once it is stored and archived
             try:
-                self.spawn(self._store_result(record, graph), f"store-result-{result.job_id}")
+                self.spawn(self._store_result(record, graph, commit_recorded),
+                           f"store-result-{result.job_id}")
             except RuntimeError:  # the Dispatcher stops: nobody is left to wait
                 record.ended.set()
 
-    async def _store_result(self, record: JobRecord, graph: JobGraph) -> None:
+    async def _store_result(self, record: JobRecord, graph: JobGraph,
+                            commit_recorded: bool = False) -> None:
         assert record.final is not None  # set before
         try:
             if self._store is not None:
@@ -336,6 +397,9 @@ class Dispatcher(RpcEndpoint):
                     log.error("job %s: its result cannot be stored in %s (a later AppMaster "
                               "attempt would run it again): %s", record.final.job_id,
                               self._store.folder, error)
+                else:
+                    if commit_recorded:
+                        await self._forget_commit(record.final.job_id)
             await self._archive_job(record.final, graph)
         finally:
             record.ended.set()

@@ -219,7 +219,11 @@ class YarnClusterDescriptor:
         # seconds) gathers the delegation tokens, and starts while the files are shipped.
         driver = _StartingDriver(validity_ms) if kerberos.security_enabled() else None
         self._say("shipping to the cluster:")
-        work = Path(tempfile.mkdtemp(prefix="flinkyarn-submit-"))
+        # Beside the application's folder, not in TMPDIR: its keys move there in one
+        # rename, which another filesystem would refuse (EXDEV) once the application runs.
+        applications = application_dir("any").parent
+        applications.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".submit-", dir=applications))
         credentials, app_id, up = None, None, False
         try:
             try:

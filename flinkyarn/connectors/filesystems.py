@@ -181,3 +181,7 @@ class WholeFiles:
         folder = f"{self._root}/{relative}".rstrip("/")
         entries = self._fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
         return sorted(e.base_name for e in entries if not e.base_name.startswith("."))
+
+    def delete(self, relative: str) -> None:
+        """Deletes a file of it, if there is one (checked as `delete`)."""
+        delete(self._fs, f"{self._root}/{relative}")

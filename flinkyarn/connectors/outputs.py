@@ -98,16 +98,25 @@ def writes_in_place(output: FileOutput, checkpointed: bool) -> bool:
     return output.staging is None or (checkpointed and output.mode is OutputMode.NO_OVERWRITE)
 
 
-def commit(output: FileOutput, checkpointed: bool) -> Committed:
+def commit(output: FileOutput, checkpointed: bool, recovering: bool = False) -> Committed:
     """Puts the output's staging folder in place at its target (see the module
     docstring). On an error the target is as it was, or, if even restoring it failed,
     the error's note says where the previous content is; the staging folder is left
-    for `discard`."""
+    for `discard`. `recovering`: an earlier AppMaster attempt began this commit and may
+    have done this output (its staging folder is gone, its target there) or left the
+    previous content of an OVERWRITE target in a hidden sibling, which goes."""
     if writes_in_place(output, checkpointed):
         return Committed(output, moved=False, was_empty=False, old=None)
     assert output.staging is not None
     fs, target = filesystems.resolve(output.path)
     _, staging = filesystems.resolve(output.staging)
+    if recovering:
+        _drop_old_content(fs, target)
+        if fs.get_file_info(staging).type == pafs.FileType.NotFound:
+            if fs.get_file_info(target).type == pafs.FileType.NotFound:
+                raise FileNotFoundError(f"neither {output.staging} nor {output.path} exists: "
+                                        f"the output of the earlier attempt is lost")
+            return Committed(output, moved=False, was_empty=False, old=None)  # done before
     # Every subtask creates it when it starts: missing only if no sink subtask ran.
     filesystems.ensure_folder(fs, staging)
     _drop_hidden_files(fs, staging)
@@ -131,6 +140,15 @@ def commit(output: FileOutput, checkpointed: bool) -> Committed:
         _restore(output, fs, target, old, was_empty, error)
         raise
     return Committed(output, moved=True, was_empty=was_empty, old=old)
+
+
+def _drop_old_content(fs: pafs.FileSystem, target: str) -> None:
+    """Deletes the hidden siblings `.<name>.old-*` of `target`: previous contents an
+    interrupted OVERWRITE commit left behind."""
+    parent, name = target.rstrip("/").rsplit("/", 1)
+    for entry in fs.get_file_info(pafs.FileSelector(parent or "/", allow_not_found=True)):
+        if entry.base_name.startswith(f".{name}.old-"):
+            filesystems.delete(fs, entry.path)
 
 
 def _drop_hidden_files(fs: pafs.FileSystem, folder: str) -> None:

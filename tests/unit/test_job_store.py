@@ -144,3 +144,46 @@ def test_what_yarn_says_of_an_attempt_is_read_and_a_killed_one_is_recognised(mon
     monkeypatch.setattr(hadoop, "rm_request", unreachable)
     assert hadoop.attempt_diagnostics("application_1_0007", 1) == ""
     assert not hadoop.attempt_killed("application_1_0007", 1)
+
+
+def test_a_new_attempt_finishes_an_output_commit_the_last_one_began_and_runs_nothing(tmp_path):
+    """What an AppMaster killed in the middle of a commit leaves: the job's graph, the
+    record that its commit began, one output in place, one still in its staging folder,
+    an OVERWRITE target's previous content in a hidden sibling, and its claims. The next
+    attempt finishes the commit, records the job FINISHED and does not run it again."""
+    import msgspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flinkyarn.connectors import output_claims
+    from flinkyarn.jobgraph import FileOutput, OutputMode
+
+    store = JobStore(str(tmp_path / "application_1"))
+    done, pending = tmp_path / "done", tmp_path / "pending"
+    graph = msgspec.structs.replace(job_graph("commit"), outputs=[
+        FileOutput(str(done), "parquet", staging=str(tmp_path / ".done.staging-1")),
+        FileOutput(str(pending), "parquet", OutputMode.OVERWRITE,
+                   staging=str(tmp_path / ".pending.staging-1"))])
+    store.put_graph(graph)
+    store.put_commit_started(graph.job_id, mark_success=True, checkpointed=False)
+    for folder in (done, tmp_path / ".pending.staging-1", tmp_path / ".pending.old-0123"):
+        folder.mkdir()
+        pq.write_table(pa.table({"n": [len(folder.name)]}), folder / "part-00000.parquet")
+    for output in graph.outputs:  # an earlier attempt's process held them
+        output_claims.claim(output, output_claims.Holder(graph.job_id, "local", 1, "gone"),
+                            alive=lambda holder: True)
+    assert store.commits_started() == {graph.job_id: (True, False)}
+
+    async def main() -> None:
+        async with in_process_cluster(task_executors=1, job_store=store, attempt=2) as second:
+            result = await second.dispatcher.wait_for_result(graph.job_id)
+            assert (result.status, result.failure_cause) == (JobStatus.FINISHED, None)
+            assert second.tasks.of("work") == []  # not run again
+
+    asyncio.run(main())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["application_1", "done", "pending"]
+    assert sorted(p.name for p in done.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
+    assert sorted(p.name for p in pending.iterdir()) == ["_SUCCESS", "part-00000.parquet"]
+    assert pq.read_table(pending).column("n").to_pylist() == [len(".pending.staging-1")]
+    assert store.results()[graph.job_id].status == "FINISHED"
+    assert store.commits_started() == {}

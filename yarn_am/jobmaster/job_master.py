@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
 from flinkyarn import checkpoints, key_groups, options, retry
 from flinkyarn.checkpoints import (CheckpointMetadata, SubtaskState, TaskRestore,
@@ -150,15 +150,20 @@ class JobMaster(RpcEndpoint):
                  config: JobMasterConfig, on_terminated: Callable[[JobResult], None],
                  clock: Clock | None = None,
                  savepoint: Resume | None = None, attempt: int = 1,
-                 claims: Claims | None = None) -> None:
+                 claims: Claims | None = None,
+                 commit_starts: Callable[[bool, bool], Awaitable[None]] | None = None) -> None:
         """`savepoint`: what the job resumes from (the Dispatcher read and checked it);
         `attempt`: the AppMaster's YARN application attempt, which its leader id names;
-        `claims`: on its output folders, released once its outputs are final."""
+        `claims`: on its output folders, released once its outputs are final;
+        `commit_starts(mark_success, checkpointed)`: records, before a finished job's
+        outputs are committed, that the next AppMaster attempt is to finish the commit."""
         super().__init__(rpc, job_master_endpoint(job_graph.job_id), JobMasterGateway, clock)
         self.job_graph = job_graph
         self.job_id = job_graph.job_id
         self.config = config
         self.claims = claims
+        self._commit_starts = commit_starts
+        self.commit_recorded = False
         self._on_terminated = on_terminated
         self.job_master_id = JobMasterId(leader_id(attempt))
         self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
@@ -939,10 +944,20 @@ class JobMaster(RpcEndpoint):
         """Drops the job's partitions, gives every slot back, leaves the ResourceManager,
         then reports the result. Its file outputs are committed or discarded first; a
         failed commit fails the job (output_commit)."""
-        status, cause = await finish_outputs(
-            self.job_graph, status, cause, self.run_blocking,
-            checkpointed=self.checkpoints is not None,
-            mark_success=self.config.mark_success and not self._stopping_after_savepoint)
+        checkpointed = self.checkpoints is not None
+        mark_success = self.config.mark_success and not self._stopping_after_savepoint
+        if status is JobStatus.FINISHED and self.job_graph.outputs and \
+                self._commit_starts is not None:
+            try:
+                await self._commit_starts(mark_success, checkpointed)
+                self.commit_recorded = True
+            except Exception as error:  # the commit could not be finished by another attempt
+                status, cause = JobStatus.FAILED, (
+                    f"recording the start of its output commit failed: {error}")
+                log.error("job %s: %s", self.job_id, cause)
+        status, cause = await finish_outputs(self.job_graph, status, cause, self.run_blocking,
+                                             checkpointed=checkpointed,
+                                             mark_success=mark_success)
         if self.claims is not None:  # before the result is out: the next job may claim
             try:
                 await self.run_blocking(self.claims.release)

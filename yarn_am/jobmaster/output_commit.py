@@ -39,13 +39,15 @@ STATUS_WHILE_FINISHING = {JobStatus.FINISHED: JobStatus.RUNNING,
 
 async def finish_outputs(graph: JobGraph, status: JobStatus, cause: str | None,
                          run_blocking: RunBlocking, checkpointed: bool = False,
-                         mark_success: bool = True) -> tuple[JobStatus, str | None]:
+                         mark_success: bool = True,
+                         recovering: bool = False) -> tuple[JobStatus, str | None]:
     """The job's result after its outputs are committed or discarded (see the module
     docstring). Called once, on the JobMaster's loop, after the job reached a terminal
     status and before it reports its result; `run_blocking` runs the filesystem calls
     off the loop. `checkpointed`: the job ran with checkpoints (its NO_OVERWRITE sinks
     wrote in place); `mark_success`: whether to write `_SUCCESS` (not after a stop with
-    a savepoint, whose job goes on)."""
+    a savepoint, whose job goes on); `recovering`: an earlier AppMaster attempt began
+    this commit (outputs.commit)."""
     if not graph.outputs:
         return status, cause
     # pyarrow only in an AppMaster whose jobs write files.
@@ -56,7 +58,8 @@ async def finish_outputs(graph: JobGraph, status: JobStatus, cause: str | None,
         try:
             step = "committing"
             for output in graph.outputs:
-                committed.append(await run_blocking(outputs.commit, output, checkpointed))
+                committed.append(await run_blocking(outputs.commit, output, checkpointed,
+                                                    recovering))
             # Marked once all are in place: no marker for an output that is then undone.
             step = f"writing {outputs.SUCCESS_MARKER} into"
             for done in committed if mark_success else ():
