@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import uuid
 
 import msgspec
@@ -102,10 +101,13 @@ class CheckpointMetadata(msgspec.Struct, frozen=True):
 def default_directory(on_yarn: bool, user: str | None = None) -> str:
     """Where checkpoints go when state.checkpoints.dir is empty: HDFS under the user's
     staging directory on YARN (a TaskExecutor on another node must reach it), else the
-    temporary folder."""
+    client's own folder (~/.flinkyarn or FLINKYARN_HOME): a retained checkpoint or a
+    savepoint outlives the local cluster, whose scratch folders go when it stops."""
     if on_yarn:
         return f"hdfs:///user/{user or os.environ.get('USER', 'root')}/.flinkyarn/checkpoints"
-    return os.path.join(tempfile.gettempdir(), "flinkyarn-checkpoints")
+    from flinkyarn import kerberos
+
+    return str(kerberos.client_home() / "checkpoints")
 
 
 def default_savepoint_directory(on_yarn: bool, user: str | None = None) -> str:

@@ -388,7 +388,7 @@ CHECKPOINTING_TOLERABLE_FAILURES = option(
     "Checkpoint failures in a row (declined, timed out, not written) a job tolerates; one more fails it over.")
 CHECKPOINTS_DIRECTORY = option(
     "state.checkpoints.dir", STRING, "",
-    "Where checkpoints are written (a folder per job; hdfs:// or a local path); empty: checkpoints/ under the user's staging directory on YARN, else under the temporary folder.")
+    "Where checkpoints are written (a folder per job; hdfs:// or a local path); empty: checkpoints/ under the user's staging directory on YARN, else in the client's folder (~/.flinkyarn, or FLINKYARN_HOME).")
 CHECKPOINTS_RETENTION = option(
     "execution.checkpointing.externalized-checkpoint-retention",
     choice("NO_EXTERNALIZED_CHECKPOINTS", "DELETE_ON_CANCELLATION", "RETAIN_ON_CANCELLATION"),
@@ -396,7 +396,7 @@ CHECKPOINTS_RETENTION = option(
     "What becomes of a job's checkpoints when it ends: NO_EXTERNALIZED_CHECKPOINTS deletes them; DELETE_ON_CANCELLATION keeps them when the job failed; RETAIN_ON_CANCELLATION also when it was cancelled. A finished job's are deleted.")
 SAVEPOINTS_DIRECTORY = option(
     "state.savepoints.dir", STRING, "",
-    "Where `flinkyarn savepoint` and `stop --savepoint` put savepoints unless told; empty: savepoints/ under the user's staging directory on YARN, else under the temporary folder.")
+    "Where `flinkyarn savepoint` and `stop --savepoint` put savepoints unless told; empty: savepoints/ under the user's staging directory on YARN, else in the client's folder (~/.flinkyarn, or FLINKYARN_HOME).")
 SAVEPOINT_PATH = option(
     "execution.savepoint.path", STRING, "",
     "A savepoint (or retained checkpoint) folder a job resumes from (`flinkyarn run -s PATH`); empty: none.")

@@ -416,6 +416,7 @@ def session_start(slots: int | None, properties: tuple[str, ...],
         properties = (*properties, f"taskmanager.numberOfTaskSlots={slots}")
     conf = load_configuration(python_properties(properties, python_archives, python_executable,
                                                 py_files, files))
+    yarn_cluster.sweep_leftovers(conf, sys.stderr)
     deployment = YarnClusterDescriptor(conf, yarn_options(name, queue, tags, (), conf)) \
         .deploy("session")
     click.echo(f"session {deployment.app_id} is up")
@@ -484,6 +485,7 @@ def session_list() -> None:
 def list_jobs(application_id: str | None, everything: bool, conf: Configuration) -> None:
     """Jobs of an application (default: each of your running flinkyarn applications).
     Of an application that ended, what it archived (jobmanager.archive.fs.dir)."""
+    yarn_cluster.sweep_leftovers(conf, sys.stderr)
     running = [a["id"] for a in yarn_cluster.flinkyarn_applications(states=("RUNNING",))]
     archives = yarn_cluster.archives(conf)
     if application_id:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -41,6 +42,8 @@ from flinkyarn.rpc.security import (APPMASTER_FILES, CA_FILE, CERT_FILE, FILES, 
                                      TASKEXECUTOR_DIR, ClusterSecurity)
 from yarn_client import rest_submit, shipping, skein_attempts, skein_jar
 from yarn_client.rest_client import RestClient, RestError
+
+log = logging.getLogger(__name__)
 
 APPLICATION_TYPE = "flinkyarn"
 REST_ADDRESS_KEY = "flinkyarn.rest_address"
@@ -648,8 +651,10 @@ def _fetch_application(app_id: str, target: Path, conf: Configuration) -> None:
     (partial / "cluster.json").write_text(json.dumps(info))
     try:
         os.rename(partial, target)
-    except OSError:  # fetched concurrently: theirs is as good
+    except OSError:
         shutil.rmtree(partial, ignore_errors=True)
+        if not (target / "security").is_dir():  # else fetched concurrently: as good
+            raise
 
 
 def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str]:
@@ -668,6 +673,53 @@ def remove_leftovers(app_id: str, conf: Configuration | None = None) -> list[str
     skein_folder = f"{hdfs.home()}/.skein/{app_id}"
     paths = [info["credentials"], *filter(None, [info.get("job_store")]), index, skein_folder]
     return [path for path in paths if hdfs.delete(staging.fs, path)]
+
+
+LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+
+
+def sweep_leftovers(conf: Configuration, out: TextIO) -> list[str]:
+    """Removes what ended applications of this user left behind (remove_leftovers: keys,
+    keytab, index entry, job store, skein's folder on HDFS; their folders under
+    ~/.flinkyarn/applications with the client's copy of their keys), and says so on
+    `out`: an application YARN killed, or whose attached client was gone, could not.
+    Returns the ids of those swept. Costs one listing of the staging folder's index and
+    one question to the ResourceManager; when either cannot be asked, sweeps nothing."""
+    kerberos.client_login(conf)
+    staging = shipping.Staging(conf)
+    try:
+        listed = staging.fs.ls(f"{staging.root}/applications", detail=False)
+    except FileNotFoundError:
+        listed = []
+    except OSError as error:
+        log.debug("not sweeping leftovers: %s", error)
+        return []
+    indexed = {name.rsplit("/", 1)[-1].removesuffix(".json") for name in listed
+               if name.endswith(".json")}
+    local_root = application_dir("any").parent
+    local = {path.name for path in local_root.glob("application_*") if path.is_dir()}
+    if not indexed | local:
+        return []
+    try:
+        live = {app["id"] for app in flinkyarn_applications(states=LIVE_STATES)}
+    except (YarnDeploymentError, hadoop.HadoopConfigError, OSError) as error:
+        log.debug("not sweeping leftovers: %s", error)
+        return []
+    swept = []
+    for app_id in sorted((indexed | local) - live):
+        try:
+            removed = remove_leftovers(app_id, conf) if app_id in indexed else []
+            if (local_root / app_id).is_dir():
+                shutil.rmtree(local_root / app_id)
+                removed.append(str(local_root / app_id))
+        except OSError as error:  # the next command tries again; this one goes on
+            print(f"could not remove what ended application {app_id} left: {error}",
+                  file=out, flush=True)
+            continue
+        print(f"removed what ended application {app_id} left: {', '.join(removed)}",
+              file=out, flush=True)
+        swept.append(app_id)
+    return swept
 
 
 def archives(conf: Configuration | None = None) -> list[JobArchive]:

@@ -81,6 +81,7 @@ class PerJobExecutor:
             kerberos.client_login(self.descriptor.conf)  # HDFS is asked as the submitter
         # Before an application exists.
         check_outputs(graph, options.resumes(graph, self.descriptor.conf))
+        yarn_cluster.sweep_leftovers(self.descriptor.conf, self.out)
         deployment = self.descriptor.deploy("per-job", graph)
         self.applications.append(deployment.app_id)
         self.rest = deployment.rest

@@ -57,3 +57,22 @@ def test_the_latest_completed_checkpoint_is_the_newest_with_its_metadata(tmp_pat
     (tmp_path / "job" / "chk-4").mkdir()       # in progress: state, no metadata yet
     (tmp_path / "job" / "shared").mkdir()      # not a checkpoint
     assert cp.latest_completed(job_dir) == f"{job_dir}/chk-3"
+
+
+def test_off_yarn_the_default_folders_are_in_the_clients_folder_not_a_scratch_one(
+        tmp_path, monkeypatch):
+    """A local cluster's scratch folders go when it stops: a retained checkpoint or a
+    savepoint written there by default was not retained."""
+    from flinkyarn.configuration import Configuration
+    from yarn_am.jobmaster.job_master import JobMasterConfig
+
+    monkeypatch.setenv("FLINKYARN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "scratch"))
+    monkeypatch.delenv("SKEIN_APPLICATION_ID", raising=False)
+    config = JobMasterConfig.from_configuration(Configuration({}))
+    assert (config.checkpoint.directory, config.checkpoint.savepoint_directory) == (
+        str(tmp_path / "home" / "checkpoints"), str(tmp_path / "home" / "savepoints"))
+    monkeypatch.setenv("SKEIN_APPLICATION_ID", "application_1_0001")
+    monkeypatch.setenv("USER", "ann")
+    config = JobMasterConfig.from_configuration(Configuration({}))
+    assert config.checkpoint.directory == "hdfs:///user/ann/.flinkyarn/checkpoints"
