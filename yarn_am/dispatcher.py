@@ -55,9 +55,9 @@ from yarn_am.jobmaster.output_commit import finish_outputs
 from yarn_am.jobmaster.scheduler import slots_at_once_from
 from yarn_am.resourcemanager.resource_manager import ResourceManager
 
-
 if TYPE_CHECKING:  # pyarrow only in an AppMaster whose jobs write files
     from flinkyarn.connectors.output_claims import Claims
+
 log = logging.getLogger(__name__)
 
 

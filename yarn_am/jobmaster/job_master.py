@@ -71,9 +71,9 @@ from yarn_am.jobmaster import restart_strategy
 from yarn_am.jobmaster.scheduler import Scheduler
 from yarn_am.jobmaster.slot_pool import SlotPool, SlotRequestId
 
-
 if TYPE_CHECKING:  # pyarrow only in an AppMaster whose jobs write files
     from flinkyarn.connectors.output_claims import Claims
+
 log = logging.getLogger(__name__)
 
 
