@@ -8,10 +8,13 @@ from __future__ import annotations
 import collections
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -39,24 +42,38 @@ def folder(hadoop):
     hdfs.delete(hdfs.filesystem(), path)
 
 
-def test_the_wordcount_reads_its_whole_output_right_after_execute_every_time(folder, tmp_path):
+def test_the_wordcount_reads_its_whole_output_right_after_execute_every_time(folder):
     text = "".join(f"alpha beta {i % 7} gamma{i % 3}\n" for i in range(2000))
     hdfs.filesystem().pipe_file(f"{folder}/corpus.txt", text.encode())
     expected = collections.Counter(re.findall(r"[a-z0-9]+", text))
     top = sorted(expected.items(), key=lambda item: (-item[1], item[0]))[:10]
-    for run in range(RUNS):
-        output = f"{local_hadoop.DEFAULT_FS}{folder}/counts-{run}"
-        result = flinkyarn("run", *FAST, "--tags", TAG, "examples/wordcount.py", "--input",
-                           f"{local_hadoop.DEFAULT_FS}{folder}/corpus.txt", "--output", output,
-                           "--top", "10")
-        assert result.returncode == 0, result.stderr[-3000:]
-        # Read by the example right after pipeline.execute() returned.
-        printed = result.stdout.split("top 10 words:\n", 1)[1].splitlines()[:10]
-        assert [tuple(line.split()[::-1]) for line in printed] == \
-            [(word, str(count)) for word, count in top], result.stdout
-        assert sorted(hdfs.filesystem().ls(f"{folder}/counts-{run}", detail=False)) == [
-            f"{folder}/counts-{run}/_SUCCESS", f"{folder}/counts-{run}/part-00000.parquet",
-            f"{folder}/counts-{run}/part-00001.parquet"]
+    # The first client's temporary folder is on another filesystem than its home: its
+    # keys are moved into ~/.flinkyarn all the same (a rename across them fails).
+    other = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    assert other.stat().st_dev != yarn_cluster.HOME.parent.stat().st_dev
+    try:
+        for run in range(RUNS):
+            output = f"{local_hadoop.DEFAULT_FS}{folder}/counts-{run}"
+            env = dict(os.environ, TMPDIR=str(other)) if run == 0 else None
+            result = subprocess.run(
+                [sys.executable, "-m", "yarn_client", "run", *FAST, "--tags", TAG,
+                 "examples/wordcount.py", "--input", f"{local_hadoop.DEFAULT_FS}{folder}/corpus.txt",
+                 "--output", output, "--top", "10"], capture_output=True, text=True, cwd=REPO,
+                env=env, timeout=600)
+            check_top_words(result, top, folder, run)
+    finally:
+        shutil.rmtree(other)
+
+
+def check_top_words(result, top, folder, run):
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Read by the example right after pipeline.execute() returned.
+    printed = result.stdout.split("top 10 words:\n", 1)[1].splitlines()[:10]
+    assert [tuple(line.split()[::-1]) for line in printed] == \
+        [(word, str(count)) for word, count in top], result.stdout
+    assert sorted(hdfs.filesystem().ls(f"{folder}/counts-{run}", detail=False)) == [
+        f"{folder}/counts-{run}/_SUCCESS", f"{folder}/counts-{run}/part-00000.parquet",
+        f"{folder}/counts-{run}/part-00001.parquet"]
 
 
 FAILS_AFTER_ONE_SUBTASK = """
@@ -186,3 +203,45 @@ def test_an_appmaster_killed_in_the_middle_of_the_commit_is_finished_by_the_next
     assert sorted(pq.read_table(path, filesystem=filesystem).column("n").to_pylist()) == [0, 1]
     assert len(fs.ls(f"{folder}/runs", detail=False)) == 2
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(folder, detail=False)) == ["out", "runs"]
+
+
+SLOW_JOB = """
+import sys, time
+import pyarrow as pa
+from flinkyarn import Pipeline
+
+def rows(subtask, parallelism):
+    time.sleep(15)
+    yield pa.record_batch([pa.array([subtask])], names=["n"])
+
+p = Pipeline("slow", parallelism=2)
+p.from_generator(rows).write_parquet(sys.argv[1])
+p.execute()
+"""
+
+
+def test_of_two_per_job_applications_into_one_folder_the_second_is_refused_naming_it(
+        folder, tmp_path):
+    program = tmp_path / "slow.py"
+    program.write_text(SLOW_JOB)
+    out = f"{local_hadoop.DEFAULT_FS}{folder}/out"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "yarn_client", "run", *FAST, "--tags", TAG, str(program), out],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: hdfs.filesystem().exists(f"{folder}/.out.flinkyarn-lock"), 300,
+                 "the first job's claim", poll=0.2)
+        [holder] = hdfs.filesystem().ls(f"{folder}/.out.flinkyarn-lock", detail=False)
+        job_id, app_id = re.search(r"held-by-job-(\w+)-of-(application_\d+_\d+)-", holder).groups()
+        second = flinkyarn("run", *FAST, "--tags", TAG, str(program), out)
+        _, stderr = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert (f"cannot run: output {out} is being written by job {job_id} of {app_id}"
+            in second.stderr), second.stderr[-3000:]
+    assert first.returncode == 0, stderr[-3000:]
+    listing = sorted(p.rsplit("/", 1)[1] for p in hdfs.filesystem().ls(f"{folder}/out", detail=False))
+    assert listing == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
+    assert hdfs.filesystem().ls(folder, detail=False) == [f"{folder}/out"]
