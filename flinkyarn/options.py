@@ -3,6 +3,8 @@ from them.
 
 Keys are Flink's where Flink has the option. `conf/flinkyarn.yaml` lists each option
 with its default and description; tests/unit/test_configuration.py keeps the two in step.
+docs/configuration.md is generated from here (integration/make-config-docs);
+tests/unit/test_config_docs.py fails when it is stale.
 Components do not read options one by one while running: they build a frozen
 configuration object once (`HeartbeatConfig.from_configuration(conf)`), which is where
 rules spanning several options are checked.
