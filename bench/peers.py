@@ -1,7 +1,7 @@
 """flinkyarn beside its peers (issue 17): Apache Flink 2.3 from PyPI (`apache-flink`) on
 the same local YARN and locally, and plain PySpark, in one run, every system's output
 checked for exactness. Prints the table of the issue afresh and writes
-bench/results/peers.json; the README shows the latest table.
+bench/results/peers.json; bench/RESULTS.md shows the latest table.
 
 The figures (medians of --runs; runs of the two or three systems alternate):
 - wordcount local, a 20 MB corpus (bench/wordcount.py's, 4 files), parallelism 2:
