@@ -20,7 +20,7 @@ from pathlib import Path
 from flinkyarn import lifeline, options, prometheus
 from flinkyarn.configuration import Configuration, ConfigurationError, parse_dynamic_properties
 from flinkyarn.rpc.security import ClusterSecurity
-from flinkyarn.rpc.service import RpcService
+from flinkyarn.rpc.service import OwnStopCancellations, RpcService
 from flinkyarn.scratch import ProcessScratch, process_scratch
 from taskexecutor.environment import NetworkConfig, TaskEnvironment
 from taskexecutor.task_executor import RegistrationTimeout, TaskExecutor, TaskExecutorConfig
@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s {args.resource_id} %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(OwnStopCancellations())
     try:
         conf = Configuration.from_raw(parse_dynamic_properties(args.properties))
     except ConfigurationError as error:

@@ -11,6 +11,7 @@ Threading: everything here runs on the process's asyncio event loop.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import inspect
@@ -221,6 +222,9 @@ class RpcService(EndpointRegistry):
         return self._address
 
     async def stop(self, grace: float = 1.0) -> None:
+        """Closes the channels, then the server: calls still handled after `grace`
+        seconds are cancelled (their callers see them fail); grpc logs each such
+        cancellation, which `OwnStopCancellations` keeps out of the log."""
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
@@ -274,3 +278,13 @@ class RpcService(EndpointRegistry):
         except Exception as error:  # every error is answered: see answer_to_error
             status, details = answer_to_error(error, endpoint_name, method_name)
         await context.abort(status, details)
+
+
+class OwnStopCancellations(logging.Filter):
+    """Drops grpc's log records of a call handler cancelled (a traceback ending in
+    CancelledError): that is what stopping our server does to a call still in its
+    handler after the grace period, under load a heartbeat's; no error of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (record.name.startswith("grpc") and isinstance(error, asyncio.CancelledError))

@@ -300,9 +300,9 @@ def test_a_prepared_archive_runs_the_task_executors(nodes, tmp_path):
                        str(program))
 
     assert result.returncode == 0, result.stderr[-3000:]
-    [app] = [a for a in yarn_cluster.flinkyarn_applications(states=("FINISHED",), tag=TAG)
-             if a["id"] in result.stderr]
-    logs = application_logs(app["id"], "TaskExecutor taskexecutor-")
+    # (The stderr may also name ended applications whose leftovers the client swept.)
+    app_id = re.search(r"submitted (application_\d+_\d+)", result.stderr).group(1)
+    logs = application_logs(app_id, "TaskExecutor taskexecutor-")
     [python] = re.findall(r"slots, python (\S+)", logs)
     assert python.endswith("/prepared/bin/python"), python
 
