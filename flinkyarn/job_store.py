@@ -12,8 +12,8 @@ Kubernetes, we have YARN's attempts and HDFS.
 Each file is written whole under a hidden name, then renamed: a reader sees all of it
 or nothing. A job with a result is never run again; a job whose output commit began
 has its commit finished by the next attempt, not run again (connectors/outputs.py);
-any other job is run again by the next attempt. Clients find the AppMaster of the newest attempt through its leader
-file (the REST address changes with the container)."""
+any other job is run again by the next attempt. Clients find the AppMaster of the
+newest attempt through its leader file (the REST address changes with the container)."""
 
 from __future__ import annotations
 

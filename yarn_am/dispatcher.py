@@ -137,10 +137,10 @@ class Dispatcher(RpcEndpoint):
         results = await self.run_blocking(self._store.results)
         for details in results.values():
             self._add_ended(details)
-        commits = await self.run_blocking(self._store.commits_started)
-        for graph in await self.run_blocking(self._store.graphs):
-            if graph.job_id in results:
-                continue
+        pending = [g for g in await self.run_blocking(self._store.graphs)
+                   if g.job_id not in results]
+        commits = await self.run_blocking(self._store.commits_started) if pending else {}
+        for graph in pending:
             if graph.job_id in commits:
                 await self._finish_commit(graph, *commits[graph.job_id])
                 continue

@@ -87,8 +87,13 @@ class Deployment:
     job_store: str = ""  # its folder of the job store: where a new attempt says it serves
 
 
+def applications_dir() -> Path:
+    """Where this client keeps a folder per application it made (with its keys)."""
+    return HOME / "applications"
+
+
 def application_dir(app_id: str) -> Path:
-    return HOME / "applications" / app_id
+    return applications_dir() / app_id
 
 
 def rm_web_address() -> str:
@@ -224,7 +229,7 @@ class YarnClusterDescriptor:
         self._say("shipping to the cluster:")
         # Beside the application's folder, not in TMPDIR: its keys move there in one
         # rename, which another filesystem would refuse (EXDEV) once the application runs.
-        applications = application_dir("any").parent
+        applications = applications_dir()
         applications.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".submit-", dir=applications))
         credentials, app_id, up = None, None, False
@@ -696,7 +701,7 @@ def sweep_leftovers(conf: Configuration, out: TextIO) -> list[str]:
         return []
     indexed = {name.rsplit("/", 1)[-1].removesuffix(".json") for name in listed
                if name.endswith(".json")}
-    local_root = application_dir("any").parent
+    local_root = applications_dir()
     local = {path.name for path in local_root.glob("application_*") if path.is_dir()}
     if not indexed | local:
         return []

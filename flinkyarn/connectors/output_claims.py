@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 
 import pyarrow.fs as pafs
 
-from flinkyarn.connectors import filesystems
+from flinkyarn.connectors import filesystems, outputs
 from flinkyarn.jobgraph import FileOutput
 
 LOCK_SUFFIX = ".flinkyarn-lock"
@@ -85,8 +85,7 @@ class Claims:
 
 def claim_path(output: FileOutput) -> str:
     """Where the claim on `output`'s folder is, in the folder's form (path or URL)."""
-    parent, name = output.path.rstrip("/").rsplit("/", 1)
-    return f"{parent}/.{name}{LOCK_SUFFIX}"
+    return outputs.hidden_sibling(output.path, LOCK_SUFFIX)
 
 
 def claim_all(outputs: Iterable[FileOutput], holder: Holder,
@@ -121,8 +120,7 @@ def claim(output: FileOutput, holder: Holder, alive: Callable[[Holder], bool]) -
         except FileExistsError:
             pass
         finally:
-            if fs.get_file_info(draft).type != pafs.FileType.NotFound:
-                filesystems.delete(fs, draft)
+            filesystems.delete(fs, draft)  # gone already once renamed
         current = holder_of(output)
         if current is None:
             continue  # released meanwhile

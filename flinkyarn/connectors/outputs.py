@@ -57,9 +57,14 @@ def staging_folder(path: str) -> str:
     return _hidden_sibling(path, "staging")
 
 
-def _hidden_sibling(path: str, kind: str) -> str:
+def hidden_sibling(path: str, suffix: str) -> str:
+    """`<parent>/.<name><suffix>` beside the folder `path`, in its form (path or URL)."""
     parent, name = path.rstrip("/").rsplit("/", 1)
-    return f"{parent}/.{name}.{kind}-{uuid.uuid4().hex[:12]}"
+    return f"{parent}/.{name}{suffix}"
+
+
+def _hidden_sibling(path: str, kind: str) -> str:
+    return hidden_sibling(path, f".{kind}-{uuid.uuid4().hex[:12]}")
 
 
 def check(outputs: Iterable[FileOutput]) -> None:
@@ -145,9 +150,9 @@ def commit(output: FileOutput, checkpointed: bool, recovering: bool = False) -> 
 def _drop_old_content(fs: pafs.FileSystem, target: str) -> None:
     """Deletes the hidden siblings `.<name>.old-*` of `target`: previous contents an
     interrupted OVERWRITE commit left behind."""
-    parent, name = target.rstrip("/").rsplit("/", 1)
+    parent, prefix = hidden_sibling(target, ".old-").rsplit("/", 1)
     for entry in fs.get_file_info(pafs.FileSelector(parent or "/", allow_not_found=True)):
-        if entry.base_name.startswith(f".{name}.old-"):
+        if entry.base_name.startswith(prefix):
             filesystems.delete(fs, entry.path)
 
 
@@ -163,10 +168,7 @@ def _restore(output: FileOutput, fs: pafs.FileSystem, target: str, old: str | No
              was_empty: bool, error: BaseException) -> None:
     """Puts the target's previous state back after a failed commit step."""
     try:
-        if old is not None:
-            filesystems.rename(fs, old, target)
-        elif was_empty:
-            filesystems.ensure_folder(fs, target)
+        _put_back(fs, target, old, was_empty)
     except Exception as restore_error:
         where = f" is in {old}" if old is not None else " was an empty folder"
         error.add_note(f"the previous content of {output.path}{where} (restoring it "
@@ -191,9 +193,15 @@ def undo(committed: Committed) -> None:
     assert output.staging is not None
     _, staging = filesystems.resolve(output.staging)
     filesystems.rename(fs, target, staging)
-    if committed.old is not None:
-        filesystems.rename(fs, committed.old, target)
-    elif committed.was_empty:
+    _put_back(fs, target, committed.old, committed.was_empty)
+
+
+def _put_back(fs: pafs.FileSystem, target: str, old: str | None, was_empty: bool) -> None:
+    """Puts what `target` held before the commit back: the previous content renamed to
+    `old`, or the empty folder it was."""
+    if old is not None:
+        filesystems.rename(fs, old, target)
+    elif was_empty:
         filesystems.ensure_folder(fs, target)
 
 
