@@ -31,10 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "integration")]
 
-import pyarrow.parquet as pq  # noqa: E402
 
 import local_hadoop  # noqa: E402
-from flinkyarn.connectors.filesystems import resolve  # noqa: E402
+from flinkyarn.connectors.filesystems import read_parquet  # noqa: E402
 from tests.yarn.test_appmaster_failover import (BATCHES, SLOW_WORDCOUNT, WORDS,  # noqa: E402
                                                 container_processes, tasks_running)
 from tests.yarn.test_on_yarn import FAST  # noqa: E402
@@ -76,8 +75,7 @@ def one_round(program: Path) -> tuple[float, float]:
             client.kill()
     if client.returncode != 0:
         raise SystemExit(f"the job failed:\n{stderr[-3000:]}")
-    filesystem, path = resolve(output)
-    counts = pq.read_table(path, filesystem=filesystem).to_pydict()
+    counts = read_parquet(output).to_pydict()
     if dict(zip(counts["word"], counts["count"])) != {w: 2 * BATCHES for w in WORDS}:
         raise SystemExit(f"inexact counts: {counts}")
     return running - start, again - killed

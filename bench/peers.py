@@ -234,12 +234,9 @@ def hdfs_csv_counts(folder: str) -> dict[str, int]:
 
 
 def parquet_counts(folder: str, key: str) -> dict[str, int]:
-    import pyarrow.parquet as pq
+    from flinkyarn.connectors.filesystems import read_parquet
 
-    from flinkyarn.connectors.filesystems import resolve
-
-    filesystem, path = resolve(folder)
-    table = pq.read_table(path, filesystem=filesystem)
+    table = read_parquet(folder)
     return {str(k): int(n) for k, n in zip(table.column(key).to_pylist(),
                                            table.column("count").to_pylist())}
 

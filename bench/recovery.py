@@ -111,11 +111,10 @@ sys.path.insert(0, str(REPO / "integration"))
 import cloudpickle  # noqa: E402
 import local_hadoop  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
 from flinkyarn import Pipeline, options  # noqa: E402
 from flinkyarn.configuration import Configuration  # noqa: E402
-from flinkyarn.connectors.filesystems import resolve  # noqa: E402
+from flinkyarn.connectors.filesystems import read_parquet  # noqa: E402
 from flinkyarn.gateways.dispatcher import JobDetails  # noqa: E402
 from flinkyarn.ids import ExecutionVertexID  # noqa: E402
 from tests.local import jobs  # noqa: E402
@@ -214,8 +213,7 @@ def watch(rest: RestClient, job_id: str, marks: dict[str, Callable[[JobDetails],
 
 
 def check_sum(out: str) -> None:
-    filesystem, path = resolve(out)
-    total = pc.sum(pq.read_table(path, filesystem=filesystem).column("n_sum")).as_py()
+    total = pc.sum(read_parquet(out).column("n_sum")).as_py()
     if total != TOTAL:
         raise RunFailed(f"wrong result in {out}: n_sum adds up to {total}, not {TOTAL}")
 
@@ -412,7 +410,7 @@ def two_regions_on_cluster(strategy: str, work: Path, poll: float) -> dict:
         raise RunFailed(f"two regions, {strategy}: {details.status} after {details.restarts} "
                         f"restarts: {details.failure_cause}")
     for side in ("left", "right"):
-        total = pc.sum(pq.read_table(folder / side).column("n")).as_py()
+        total = pc.sum(read_parquet(folder / side).column("n")).as_py()
         if total != TOTAL:
             raise RunFailed(f"two regions, {strategy}: {side} adds up to {total}, not {TOTAL}")
     restarted = details.restart_history[0].restarted

@@ -30,12 +30,9 @@ def count_words(words):
 
 
 def top_words(output: str, n: int) -> list[tuple[str, int]]:
-    import pyarrow.parquet as pq
+    from flinkyarn.connectors.filesystems import read_parquet
 
-    from flinkyarn.connectors.filesystems import resolve
-
-    filesystem, path = resolve(output)
-    table = pq.read_table(path, filesystem=filesystem)
+    table = read_parquet(output)
     top = table.sort_by([("count", "descending"), ("word", "ascending")]).slice(0, n)
     return list(zip(top.column("word").to_pylist(), top.column("count").to_pylist()))
 

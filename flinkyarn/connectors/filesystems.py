@@ -48,6 +48,20 @@ def resolve(path: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
                      "use a local path, file://, hdfs:// or viewfs://")
 
 
+def read_parquet(path: str | os.PathLike[str]) -> Any:
+    """The whole Parquet output at `path` (a file or a job's output folder) as one
+    pyarrow Table, for a client that reads a job's result.
+
+    Read on the calling thread: a read through Arrow's thread pool over HDFS's Python file
+    handles leaves pool threads that can abort the interpreter at exit ("terminate called
+    without an active exception", apache/arrow#34314, #39862); a client that printed the
+    right result then failed with SIGABRT."""
+    import pyarrow.parquet as pq
+
+    fs, where = resolve(path)
+    return pq.read_table(where, filesystem=fs, use_threads=False)
+
+
 def list_files(fs: pafs.FileSystem, path: str) -> list[str]:
     """The data files at `path`: [path] for a file; for a folder, its files at any depth,
     sorted, leaving out every name under it that starts with `_` or `.` (markers such as
