@@ -143,12 +143,9 @@ def put_corpus(repo: Path, local: Path, megabytes: float) -> tuple[str, dict[str
 
 def counts_of(output: str) -> dict[str, int]:
     """The word counts the job wrote to `output`."""
-    import pyarrow.parquet as pq
+    from flinkyarn.connectors.filesystems import read_parquet
 
-    from flinkyarn.connectors.filesystems import resolve
-
-    filesystem, path = resolve(output)
-    table = pq.read_table(path, filesystem=filesystem)
+    table = read_parquet(output)
     return dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist()))
 
 
@@ -300,16 +297,12 @@ def committed(folder: str) -> bool:
 
 def check_stream(records: str, sums: str, rows: int = STREAM_ROWS) -> None:
     """Every row in the records once, and the interval sums adding up to each k's."""
-    import pyarrow.parquet as pq
+    from flinkyarn.connectors.filesystems import read_parquet
 
-    from flinkyarn.connectors.filesystems import resolve
-
-    filesystem, path = resolve(records)
-    numbers = sorted(pq.read_table(path, filesystem=filesystem).column("n").to_pylist())
+    numbers = sorted(read_parquet(records).column("n").to_pylist())
     assert numbers == list(range(rows)), (
         f"{len(numbers)} records, {len(set(numbers))} distinct, of {rows}")
-    filesystem, path = resolve(sums)
-    table = pq.read_table(path, filesystem=filesystem)
+    table = read_parquet(sums)
     by_key: collections.Counter[int] = collections.Counter()
     for k, n in zip(table.column("k").to_pylist(), table.column("n").to_pylist()):
         by_key[k] += n

@@ -19,11 +19,10 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 import pytest
 
 from flinkyarn import Pipeline, checkpoints
-from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.connectors.filesystems import read_parquet, resolve
 from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.pipeline.operator import Operator
 from tests.local import jobs
@@ -77,8 +76,7 @@ def victim_of(target: Target, job_id: str) -> str:
 
 
 def read(path: str) -> pa.Table:
-    filesystem, local = resolve(path)
-    return pq.read_table(local, filesystem=filesystem)
+    return read_parquet(path)
 
 
 def restarted_tasks(details: JobDetails) -> set[str]:

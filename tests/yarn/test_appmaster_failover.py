@@ -16,12 +16,11 @@ import urllib.request
 import uuid
 
 import cloudpickle
-import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
 from flinkyarn import Pipeline, hdfs
-from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.connectors.filesystems import read_parquet
 from tests import chaos
 from tests.local import jobs
 from tests.local.conftest import wait_for
@@ -113,8 +112,7 @@ def test_a_killed_appmaster_comes_back_and_the_per_job_wordcount_finishes_exactl
                 f"_{attempt:06d} exited with exitCode: 137") in stderr
     assert (report["state"], report["finalStatus"]) == ("FINISHED", "SUCCEEDED")
     assert f"(AppMaster attempt {kills + 1})" in report["diagnostics"]
-    filesystem, path = resolve(output)
-    counts = pq.read_table(path, filesystem=filesystem).to_pydict()
+    counts = read_parquet(output).to_pydict()
     assert dict(zip(counts["word"], counts["count"])) == {w: 2 * BATCHES for w in WORDS}
 
 
@@ -175,8 +173,7 @@ def test_a_session_keeps_its_jobs_through_a_lost_appmaster_and_takes_new_ones():
         details = answered(lambda: (d := rest.job(job)).status in ("FINISHED", "FAILED") and d,
                            60, "the job's end")
         assert details.status == "FINISHED", details.failure_cause
-        filesystem, path = resolve(f"{folder}/out")
-        numbers = pq.read_table(path, filesystem=filesystem).column("n").to_pylist()
+        numbers = read_parquet(f"{folder}/out").column("n").to_pylist()
         assert len(numbers) == len(set(numbers)) > 100
         for subtask in (0, 1):  # each subtask's numbers from the first, without a gap
             mine = sorted(n for n in numbers if n % 2 == subtask)

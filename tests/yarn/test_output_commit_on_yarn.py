@@ -16,12 +16,11 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
 from flinkyarn import hdfs
-from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.connectors.filesystems import read_parquet
 from tests.local.conftest import wait_for
 from tests.yarn.test_appmaster_failover import container_processes
 from tests.yarn.test_on_yarn import FAST, REPO, TAG, flinkyarn
@@ -199,8 +198,7 @@ def test_an_appmaster_killed_in_the_middle_of_the_commit_is_finished_by_the_next
     # Complete, marked, not run again (each subtask's source ran once), nothing beside.
     listing = sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{folder}/out", detail=False))
     assert listing == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
-    filesystem, path = resolve(out)
-    assert sorted(pq.read_table(path, filesystem=filesystem).column("n").to_pylist()) == [0, 1]
+    assert sorted(read_parquet(out).column("n").to_pylist()) == [0, 1]
     assert len(fs.ls(f"{folder}/runs", detail=False)) == 2
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(folder, detail=False)) == ["out", "runs"]
 

@@ -15,12 +15,11 @@ import tarfile
 import uuid
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
 from flinkyarn import runtime_check
-from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.connectors.filesystems import read_parquet
 from tests.local.conftest import wait_for
 from tests.unit.test_shipping import _other_python
 from yarn_client import shipping, yarn_cluster
@@ -102,8 +101,7 @@ def test_per_job_wordcount_spreads_over_the_nodes_with_exact_counts(nodes, class
     assert "FINISHED" in app["diagnostics"]
     for phase in ("submitted", "accepted", "running", "AppMaster up"):
         assert phase in result.stderr
-    filesystem, path = resolve(f"{base}/out")
-    table = pq.read_table(path, filesystem=filesystem)
+    table = read_parquet(f"{base}/out")
     expected = collections.Counter(re.findall(r"[a-z0-9]+", corpus.read_text().lower()))
     assert dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist())) == expected
 

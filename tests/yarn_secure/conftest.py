@@ -15,12 +15,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 import local_hadoop
 from flinkyarn import hadoop, hdfs
-from flinkyarn.connectors.filesystems import resolve
+from flinkyarn.connectors.filesystems import read_parquet
 from yarn_client import yarn_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,8 +113,7 @@ def write_corpus(folder: Path) -> tuple[str, collections.Counter]:
 
 
 def read_counts(url: str) -> dict[str, int]:
-    filesystem, path = resolve(url)
-    table = pq.read_table(path, filesystem=filesystem)
+    table = read_parquet(url)
     return dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist()))
 
 
