@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 
 KINDS = ("taskexecutor", "launch-script", "spark-jvm", "spark-daemon", "spark-worker",
          "appmaster", "skein-am")

@@ -26,7 +26,7 @@ from flinkyarn.connectors.filesystems import read_parquet, resolve
 from flinkyarn.gateways.dispatcher import JobDetails
 from flinkyarn.pipeline.operator import Operator
 from tests.local import jobs
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.local.jobs import (N, FailOnce, always_fails, exists, join, slow_numbers,
                               write_text)
 from yarn_client.rest_client import RestClient, RestError

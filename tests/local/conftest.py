@@ -10,7 +10,6 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from flinkyarn import retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.rpc.security import TASKEXECUTOR_DIR, ClusterSecurity
 from tests.conftest import SESSION_MARK
@@ -28,15 +27,6 @@ FAST = {
     "cluster.registration.initial-timeout": "50 ms",
     "cluster.registration.max-timeout": "500 ms",
 }
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition", poll: float = 0.05):
-    """The first true value of `predicate()`, polled every `poll` s for up to `timeout` s."""
-    try:
-        return retry.poll_until(predicate, bool, pauses=retry.Backoff.fixed(poll),
-                                deadline=retry.Deadline(timeout))
-    except retry.GaveUp:
-        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}") from None
 
 
 def task_executor_security(cluster: LocalCluster) -> ClusterSecurity:

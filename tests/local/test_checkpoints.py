@@ -13,7 +13,8 @@ import pytest
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
 from tests.local import jobs
-from tests.local.conftest import task_executor_process, wait_for
+from tests.local.conftest import task_executor_process
+from tests.waiting import wait_for
 from tests.local.jobs import SlowSnapshots, slow_numbers
 from yarn_client.rest_client import RestError
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.local.conftest import processes_mentioning, wait_for
+from tests.local.conftest import processes_mentioning
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FLINKYARN = [sys.executable, "-m", "yarn_client"]

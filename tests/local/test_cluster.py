@@ -15,7 +15,8 @@ from flinkyarn.job import JobBuilder
 from flinkyarn.rpc.errors import StaleCall
 from flinkyarn.rpc.service import RpcService
 from tests.local import jobs
-from tests.local.conftest import task_executor_process, task_executor_security, wait_for
+from tests.local.conftest import task_executor_process, task_executor_security
+from tests.waiting import wait_for
 from yarn_client.rest_client import RestError
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")

@@ -31,7 +31,8 @@ from flinkyarn.rpc.security import ClusterSecurity
 from flinkyarn.rpc.service import RpcService
 from flinkyarn.slots import SlotReport
 from tests.local import intruder, jobs
-from tests.local.conftest import task_executor_security, wait_for
+from tests.local.conftest import task_executor_security
+from tests.waiting import wait_for
 from yarn_client.rest_client import RestClient, RestError
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")

@@ -25,7 +25,7 @@ from aiohttp import web
 from flinkyarn.job import JobBuilder
 from tests.browser import dump_dom, screenshot
 from tests.local import jobs
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.unit.test_dashboard import FakeDispatcher, executor, job, vertex
 from yarn_am.dashboard import Dashboard
 

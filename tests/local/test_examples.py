@@ -17,7 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.local.conftest import processes_mentioning, wait_for
+from tests.local.conftest import processes_mentioning
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["-D", "heartbeat.interval=500 ms", "-D", "heartbeat.timeout=5 s"]

@@ -16,7 +16,8 @@ import pytest
 
 from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
-from tests.local.conftest import children, cmdline, task_executor_process, wait_for
+from tests.local.conftest import children, cmdline, task_executor_process
+from tests.waiting import wait_for
 from tests.local.jobs import N, FailOnce, interval_sums, slow_numbers, summing_pipeline
 from yarn_client.executors import ClusterExecutor
 from yarn_client.rest_client import RestError

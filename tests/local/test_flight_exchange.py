@@ -23,7 +23,7 @@ from taskexecutor.network import (CheckpointBarrier, DataClientPool, DataServer,
                                   RemoteInputChannel, ResultPartition, ResultPartitionID,
                                   ResultPartitionManager, make_partitioner)
 from taskexecutor.network.wire import StreamMarker, SubpartitionRequest, partition_error
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_KEY = bytes(range(32))  # the job's, as its JobMaster would make it

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from flinkyarn import lifeline
-from tests.local.conftest import cmdline, descendants, wait_for
+from tests.local.conftest import cmdline, descendants
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

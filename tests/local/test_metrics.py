@@ -9,7 +9,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from flinkyarn import Pipeline
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 
 LINES = 1000
 

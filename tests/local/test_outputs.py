@@ -18,7 +18,8 @@ import pytest
 
 from flinkyarn import Pipeline
 from yarn_client.rest_client import RestError
-from tests.local.conftest import FAST, processes_mentioning, wait_for
+from tests.local.conftest import FAST, processes_mentioning
+from tests.waiting import wait_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

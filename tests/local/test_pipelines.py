@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from flinkyarn import Pipeline
 from flinkyarn.jobgraph import ResultPartitionType, ScheduleMode
 from flinkyarn.pipeline.operator import Operator
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

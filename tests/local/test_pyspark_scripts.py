@@ -18,7 +18,8 @@ import pyspark
 import pytest
 
 from taskexecutor.reaper import proc_stat
-from tests.local.conftest import processes_mentioning, wait_for
+from tests.local.conftest import processes_mentioning
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = Path(pyspark.__file__).resolve().parent / "examples" / "src" / "main" / "python"

@@ -14,7 +14,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.local.conftest import processes_mentioning, wait_for
+from tests.local.conftest import processes_mentioning
+from tests.waiting import wait_for
 from tests.local.test_cli import FLINKYARN, REPO, run_cli
 
 N = 4000

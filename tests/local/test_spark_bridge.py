@@ -20,7 +20,8 @@ from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.pipeline.spark_stage import SparkStage
 from taskexecutor.spark_bridge import MIB, GatewayPopen, SparkMemoryBudget, SparkSessionProvider
 from taskexecutor.spark_cds import SparkClassData
-from tests.local.conftest import children, cmdline, wait_for
+from tests.local.conftest import children, cmdline
+from tests.waiting import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,8 @@ from flinkyarn.rpc import codec
 from flinkyarn.rpc.security import CLIENT, TASKEXECUTOR, TASKEXECUTOR_DIR, ClusterSecurity
 from flinkyarn.rpc.service import gateway_methods
 from tests.local import jobs
-from tests.local.conftest import FAST, wait_for
+from tests.local.conftest import FAST
+from tests.waiting import wait_for
 from tests.robustness.messages import BINARY, SUBMISSIONS, bodies
 from yarn_am.jobmaster.execution_graph import JobStatus
 from yarn_am.rest import MSGPACK_TYPES

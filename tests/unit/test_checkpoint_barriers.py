@@ -16,7 +16,7 @@ import pytest
 from taskexecutor.network import (END_OF_PARTITION, CheckpointAborted, CheckpointBarrier,
                                   InputGate, LocalInputChannel, ResultPartition,
                                   ResultPartitionID, ResultPartitionManager)
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.unit.test_network_input_gate import Reader
 
 

@@ -13,7 +13,7 @@ from flinkyarn.pipeline.event_time import (MAX_WATERMARK, TimestampAssigner, Wat
 from flinkyarn.pipeline.operators import Aggregation
 from taskexecutor.network import (InputGate, LocalInputChannel, ResultPartition,
                                   ResultPartitionID, ResultPartitionManager)
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.operator_context import FakeContext
 from tests.unit.test_network_input_gate import Reader
 

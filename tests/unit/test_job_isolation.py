@@ -13,6 +13,7 @@ from flinkyarn.gateways.dispatcher import SubmitJob
 from flinkyarn.ids import JobID, JobVertexID
 from flinkyarn.jobgraph import JobGraph, JobVertex
 from flinkyarn.rpc.security import ClusterSecurity
+from tests.waiting import wait_for_async
 from yarn_am.appmaster import AppMaster, appmaster_security
 from yarn_am.jobmaster.job_master import JobMaster
 from yarn_client.rest_client import RestClient
@@ -52,16 +53,6 @@ class IdleDriver:
 def graph(job_id: str) -> JobGraph:
     return JobGraph(JobID(job_id), f"job {job_id}",
                     [JobVertex(JobVertexID(f"{job_id}-source"), "Source", 2, b"never deployed")])
-
-
-async def until(predicate, what: str) -> None:
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.02)
-    try:
-        await asyncio.wait_for(poll(), DEADLINE)
-    except TimeoutError:
-        raise AssertionError(f"no {what} within {DEADLINE:g} s") from None
 
 
 def broken_housekeeping_of(job_id: str):
@@ -104,8 +95,8 @@ def test_a_job_master_that_raises_fails_its_job_alone_and_the_session_goes_on(tm
                                   "housekeeping of job bad broke")
             assert "test_job_isolation.py" in result.failure_cause  # where it was raised
             # Its peers were told: the ResourceManager no longer serves its requests.
-            await until(lambda: JobID("bad") not in resource_manager.job_masters,
-                        "disconnect of the failed JobMaster")
+            await wait_for_async(lambda: JobID("bad") not in resource_manager.job_masters,
+                                 DEADLINE, "disconnect of the failed JobMaster")
 
             rest = RestClient(appmaster.info.rest_address, client)
             bad = await asyncio.to_thread(rest.job, "bad")
@@ -162,7 +153,7 @@ def test_a_job_master_that_fails_while_it_starts_fails_its_job_with_the_cause(tm
     async def scenario() -> None:
         serving = asyncio.create_task(appmaster.serve())
         try:
-            await until(lambda: appmaster.info is not None, "AppMaster serving")
+            await wait_for_async(lambda: appmaster.info is not None, DEADLINE, "AppMaster serving")
             dispatcher = appmaster.dispatcher
             await dispatcher.submit_job(SubmitJob(graph("good")))
             await dispatcher.submit_job(SubmitJob(graph("bad")))

@@ -14,7 +14,7 @@ import pytest
 from taskexecutor.network import (InputGate, LocalInputChannel, PartitionFailed,
                                   PartitionNotFound, PartitionReleased, ResultPartition,
                                   ResultPartitionID, ResultPartitionManager)
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 
 ROWS = 1000
 BATCH_BYTES = ROWS * 8

@@ -12,6 +12,7 @@ import pytest
 from taskexecutor.network import (END_OF_PARTITION, PartitionFailed, PartitionNotFound,
                                   PartitionNotReady, PartitionReleased, ResultPartition,
                                   ResultPartitionID, ResultPartitionManager)
+from tests.waiting import wait_for
 
 ROWS = 1000
 BATCH_BYTES = ROWS * 8
@@ -23,15 +24,6 @@ def ints(i: int, rows: int = ROWS) -> pa.RecordBatch:
 
 def pid(result: str = "result", number: int = 0, job: str = "job") -> ResultPartitionID:
     return ResultPartitionID(job, result, number)
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-    return value
 
 
 class Producer(threading.Thread):

@@ -7,7 +7,6 @@ taken, when dead, and at close; none in a per-job cluster of one script."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from flinkyarn.pipeline.pyspark_script import PySparkSettings
 from taskexecutor import warm_drivers
 from taskexecutor.pyspark_driver import driver_conf, driver_environment
 from taskexecutor.warm_drivers import WarmDrivers
+from tests.waiting import wait_for
 
 WAITS = [sys.executable, "-c", "import sys; sys.stdin.readline()"]
 
@@ -31,12 +31,9 @@ def pool(tmp_path, monkeypatch):
 
 
 def settled(pool: WarmDrivers, ready: int) -> list:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if pool._timer is None and len(pool._ready) == ready:
-            return list(pool._ready)
-        time.sleep(0.02)
-    raise AssertionError(f"{len(pool._ready)} ready drivers, not {ready}")
+    wait_for(lambda: pool._timer is None and len(pool._ready) == ready, 10,
+             f"{ready} ready drivers (there are {len(pool._ready)})", poll=0.02)
+    return list(pool._ready)
 
 
 def settings_for(settings: PySparkSettings, log: Path):

@@ -23,7 +23,7 @@ from flinkyarn import Pipeline, hdfs
 from flinkyarn.connectors.filesystems import read_parquet
 from tests import chaos
 from tests.local import jobs
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.yarn.test_on_yarn import FAST, REPO, TAG
 from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestError

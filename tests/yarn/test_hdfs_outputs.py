@@ -16,7 +16,8 @@ from flinkyarn import Pipeline
 from flinkyarn.configuration import Configuration
 from flinkyarn.connectors import outputs
 from flinkyarn.jobgraph import OutputExistsError
-from tests.local.conftest import FAST, wait_for
+from tests.local.conftest import FAST
+from tests.waiting import wait_for
 from yarn_client.local_cluster import LocalCluster
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -28,7 +28,7 @@ import pytest
 
 import local_hadoop
 from tests import chaos
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.yarn.test_on_yarn import REPO, TAG, flinkyarn
 from yarn_client import yarn_cluster
 

@@ -26,7 +26,7 @@ from flinkyarn.job import JobBuilder
 from flinkyarn.resources import ResourceProfile
 from tests import browser
 from tests.local import intruder, jobs
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.local.test_metrics import scrape
 from yarn_client import yarn_cluster
 from yarn_client.rest_client import RestError

@@ -21,7 +21,7 @@ import pytest
 import local_hadoop
 from flinkyarn import hdfs
 from flinkyarn.connectors.filesystems import read_parquet
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.yarn.test_appmaster_failover import container_processes
 from tests.yarn.test_on_yarn import FAST, REPO, TAG, flinkyarn
 from yarn_client import yarn_cluster

@@ -20,7 +20,8 @@ import pytest
 import local_hadoop
 from flinkyarn import hadoop
 from taskexecutor.reaper import group_alive
-from tests.local.conftest import processes_mentioning, wait_for
+from tests.local.conftest import processes_mentioning
+from tests.waiting import wait_for
 from tests.yarn.test_shipping_on_yarn import application_logs, flinkyarn
 from yarn_client import yarn_cluster
 

@@ -20,7 +20,7 @@ import pytest
 import local_hadoop
 from flinkyarn import runtime_check
 from flinkyarn.connectors.filesystems import read_parquet
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 from tests.unit.test_shipping import _other_python
 from yarn_client import shipping, yarn_cluster
 

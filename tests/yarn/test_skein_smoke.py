@@ -8,7 +8,7 @@ import uuid
 
 import smoke
 import local_hadoop
-from tests.local.conftest import wait_for
+from tests.waiting import wait_for
 
 
 def hdfs_cat(path: str) -> str:
