@@ -49,7 +49,8 @@ from flinkyarn.rpc.endpoint import RpcEndpoint
 from flinkyarn.rpc.errors import InvalidRequest, NotFound
 from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster.execution_graph import ExecutionJobVertex, ExecutionState, JobStatus
-from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult, Resume
+from yarn_am.jobmaster.checkpoint_handling import Resume
+from yarn_am.jobmaster.job_master import JobMaster, JobMasterConfig, JobResult
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_am.jobmaster.output_commit import finish_outputs
 from yarn_am.jobmaster.scheduler import slots_at_once_from

@@ -21,11 +21,9 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterator
 
 from flinkyarn import checkpoints, key_groups, options, retry
-from flinkyarn.checkpoints import (CheckpointMetadata, SubtaskState, TaskRestore,
-                                   TaskStateSnapshot)
 from flinkyarn.clock import Clock
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways import ACK, Ack, HeartbeatRequest
@@ -47,21 +45,19 @@ from flinkyarn.gateways.resource_manager import (BlockTaskExecutors,
 from flinkyarn.gateways import task_executor as te
 from flinkyarn.heartbeat import HeartbeatManager
 from flinkyarn.metrics import TaskIOMetrics
-from flinkyarn.ids import (AllocationID, ExecutionAttemptID, ExecutionVertexID, InstanceID,
+from flinkyarn.ids import (AllocationID, ExecutionAttemptID, InstanceID,
                            JobID, JobMasterId, ResourceID, ResourceManagerId, leader_id,
                            new_id)
-from flinkyarn.jobgraph import JobGraph, ResultPartitionType, ScheduleMode
+from flinkyarn.jobgraph import JobGraph
 from flinkyarn import registration as registration_retry
 from flinkyarn.options import (CheckpointConfig, HeartbeatConfig, RegistrationConfig,
                                RestartStrategyConfig)
 from flinkyarn.rpc.endpoint import RpcEndpoint, check_fencing
 from flinkyarn.rpc.errors import InvalidRequest, NotFound, RemoteError, RpcError, Unreachable
-from flinkyarn.rpc.service import RpcService, with_timeout
+from flinkyarn.rpc.service import RpcService
 from yarn_am.jobmaster import failover_strategy
 from yarn_am.jobmaster.blocklist import Blocklist, BlockedTaskExecutor, BlocklistConfig
-from yarn_am.jobmaster.checkpoint_coordinator import (Aborted, CheckpointCoordinator,
-                                                       CompletedCheckpoint, NotTriggered,
-                                                       Triggered)
+from yarn_am.jobmaster.checkpoint_handling import CheckpointHandling, Resume
 from yarn_am.jobmaster import scheduler as sch
 from yarn_am.jobmaster import slot_pool as sp
 from yarn_am.jobmaster.job_output import JobOutput
@@ -81,16 +77,6 @@ SLOT_REQUESTS_IN_FLIGHT = 32
 # Seconds the JobMaster keeps asking YARN to kill the Spark application of a driver lost
 # with its TaskExecutor; the job's end waits for it.
 SPARK_APPLICATION_KILL_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True)
-class Resume:
-    """What a job resumes from: a savepoint's (or retained checkpoint's) id, each
-    (vertex id, subtask)'s state in it, and its key groups, which the job keeps."""
-
-    checkpoint_id: int
-    restores: dict[tuple[str, int], TaskRestore]
-    max_parallelism: int
 
 
 @dataclass(frozen=True)
@@ -167,24 +153,7 @@ class JobMaster(RpcEndpoint):
         self._on_terminated = on_terminated
         self.job_master_id = JobMasterId(leader_id(attempt))
         self.resource_id = ResourceID(f"jobmaster-{self.job_id[:8]}-{self.job_master_id[:8]}")
-        # Checkpoints, for a streaming job that asks for them (every exchange pipelined:
-        # barriers do not cross blocking ones, and Flink takes none in batch mode).
-        self.checkpoints: CheckpointCoordinator[ExecutionVertexID, TaskStateSnapshot] | None = None
-        self._checkpoint_dir = ""
-        self.restored_from: int | None = None  # the checkpoint the latest deployment started from
-        self._savepoint = savepoint
-        self._savepoints: dict[int, _SavepointRequest] = {}  # by checkpoint id
-        self._completing: set[asyncio.Task] = set()  # checkpoints whose metadata is being written
-        if config.checkpoint.enabled:
-            if is_streaming(job_graph):
-                self.checkpoints = CheckpointCoordinator(config.checkpoint, job_graph.name)
-                self._checkpoint_dir = checkpoints.job_directory(config.checkpoint.directory,
-                                                                 self.job_id)
-                if savepoint is not None:
-                    self.checkpoints.restore_from(savepoint.checkpoint_id)
-            else:
-                log.warning("job %s: no checkpoints (execution.checkpointing.interval): it "
-                            "is a batch job or has blocking exchanges", self.job_id)
+        self.checkpointing = CheckpointHandling(self, job_graph, config.checkpoint, savepoint)
         # The job's key groups: the hash exchanges route by them, keyed state is cut by them.
         self.max_parallelism = savepoint.max_parallelism if savepoint is not None else \
             key_groups.resolve_max_parallelism(config.max_parallelism,
@@ -194,8 +163,8 @@ class JobMaster(RpcEndpoint):
         self.scheduler = Scheduler(ExecutionGraph(job_graph),
                                    failover_strategy.create(config.failover_strategy),
                                    restart_strategy.create(config.restart_strategy),
-                                   checkpoint_dir=self._checkpoint_dir,
-                                   restore_for=self._restore_for,
+                                   checkpoint_dir=self.checkpointing.directory,
+                                   restore_for=self.checkpointing.restore_for,
                                    max_parallelism=self.max_parallelism)
         self.slot_pool = SlotPool(self.job_id, config.slot_idle_timeout, config.slot_request_timeout)
         self.blocklist = Blocklist(config.blocklist)
@@ -222,7 +191,6 @@ class JobMaster(RpcEndpoint):
         self.start_time = time.time()
         self.end_time: float | None = None
         self._terminated = asyncio.Event()  # the job reached its end (_terminate)
-        self._stopping_after_savepoint = False  # no more checkpoints or savepoints
         # Commands of the Scheduler and the SlotPool not yet carried out, innermost last
         # (_carry_out): one's commands feed the other, and a chain as long as the pending
         # slot requests must not become as deep a recursion.
@@ -251,8 +219,7 @@ class JobMaster(RpcEndpoint):
                    "heartbeats")
         self.every(lambda: min(interval, 1.0), self._housekeeping, "housekeeping")
         self.spawn(self._connect_to_resource_manager(), "rm-registration")
-        if self.checkpoints is not None:
-            self.spawn(self._take_checkpoints(), "checkpoints")
+        self.checkpointing.start()
         log.info("job %s (%s) starting", self.job_id, self.job_graph.name)
         self._run_scheduler(self.scheduler.start(self._now()))
 
@@ -497,270 +464,27 @@ class JobMaster(RpcEndpoint):
 
     # -------------------------------------------------------------- checkpoints
 
-    async def _take_checkpoints(self) -> None:
-        """Triggers a checkpoint whenever one is due (the coordinator says when), and
-        aborts those past their timeout; until the job ends."""
-        coordinator = self.checkpoints
-        assert coordinator is not None  # started only with one
-        while not self._terminating:
-            now = self._now()
-            await self._clock.sleep(min(1.0, max(0.01, coordinator.next_trigger_time(now) - now)))
-            if self._terminating:
-                return
-            now = self._now()
-            for aborted in coordinator.expire(now):
-                self._checkpoint_aborted(aborted)
-            if now >= coordinator.next_trigger_time(now) and not self._stopping_after_savepoint:
-                self._trigger_checkpoint(coordinator)
-
-    def _trigger_checkpoint(self, coordinator: CheckpointCoordinator,
-                            savepoint: bool = False) -> Triggered | NotTriggered:
-        """A checkpoint (or savepoint) of the running tasks, if the coordinator agrees:
-        the source tasks are told to put its barrier into their outputs."""
-        vertices = list(self.scheduler.execution_graph.execution_vertices())
-        running = all(v.current_execution.state is ExecutionState.RUNNING for v in vertices)
-        sources = [v for v in vertices if not v.consumed_partitions]
-        result = coordinator.trigger(self._now(), int(time.time() * 1000),
-                                     [v.id for v in sources],
-                                     [v.id for v in vertices] if running else None,
-                                     savepoint=savepoint)
-        if isinstance(result, NotTriggered):
-            log.debug("job %s: no checkpoint now: %s", self.job_id, result.reason)
-            return result
-        for vertex in sources:
-            execution = vertex.current_execution
-            record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
-            self.spawn(self._send_trigger(record, vertex.id, execution.attempt_id,
-                                          result.checkpoint_id, result.timestamp),
-                       f"trigger-{result.checkpoint_id}-{execution.attempt_id}")
-        return result
-
-    async def _send_trigger(self, record: TaskManagerRecord | None, evid: ExecutionVertexID,
-                            attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                            timestamp: int) -> None:
-        try:
-            if record is None:
-                raise RpcError("its TaskExecutor is not connected")
-            await record.gateway.trigger_checkpoint(te.TriggerCheckpoint(
-                self.job_master_id, attempt_id, checkpoint_id, timestamp))
-        except RpcError as error:
-            # The task ended meanwhile (a bounded source finished) or its TaskExecutor is
-            # gone (the failover follows): not a failure of the checkpoint.
-            assert self.checkpoints is not None
-            aborted = self.checkpoints.abort(checkpoint_id, f"the trigger did not reach "
-                                             f"source task {attempt_id}: {error}")
-            if aborted is not None:
-                self._checkpoint_aborted(aborted)
-
-    def _checkpoint_task(self, attempt_id: ExecutionAttemptID) -> ExecutionVertexID | None:
-        """The subtask whose current attempt `attempt_id` is (else None: a stale one)."""
-        execution = self.scheduler.execution_graph.execution(attempt_id)
-        if execution is None or not self.scheduler.execution_graph.is_current(execution):
-            return None
-        return execution.vertex_id
-
     async def acknowledge_checkpoint(self, request: AcknowledgeCheckpoint) -> Ack:
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
-        evid = self._checkpoint_task(request.attempt_id)
-        completed = None
-        if evid is not None and self.checkpoints is not None:
-            if request.checkpoint_id not in self.checkpoints.pending:
-                # Late (it expired, or a newer one completed): what it wrote goes.
-                self.spawn(self._discard_checkpoint(request.checkpoint_id),
-                           f"discard-{request.checkpoint_id}")
-                return ACK
-            completed = self.checkpoints.acknowledge(request.checkpoint_id, evid,
-                                                     request.snapshot, self._now())
-        if completed is not None:
-            completing = self.spawn(self._complete_checkpoint(completed),
-                                    f"complete-{completed.checkpoint_id}")
-            self._completing.add(completing)
-            completing.add_done_callback(self._completing.discard)
+        self.checkpointing.acknowledge(request.attempt_id, request.checkpoint_id,
+                                       request.snapshot)
         return ACK
 
     async def decline_checkpoint(self, request: DeclineCheckpoint) -> Ack:
         check_fencing(self.job_master_id, request.job_master_id, "JobMaster id")
-        evid = self._checkpoint_task(request.attempt_id)
-        if evid is not None and self.checkpoints is not None:
-            aborted = self.checkpoints.decline(request.checkpoint_id, evid, request.reason,
-                                               self._now())
-            if aborted is not None:
-                self._checkpoint_aborted(aborted)
+        self.checkpointing.decline(request.attempt_id, request.checkpoint_id, request.reason)
         return ACK
-
-    async def _complete_checkpoint(self, completed: CompletedCheckpoint) -> None:
-        """Every task acknowledged: the metadata is written (then the checkpoint is the
-        one to restore from), older ones deleted, the tasks told."""
-        coordinator = self.checkpoints
-        assert coordinator is not None
-        graph = self.scheduler.execution_graph
-        metadata = CheckpointMetadata(self.job_id, completed.checkpoint_id, completed.timestamp, [
-            SubtaskState(evid.vertex_id, evid.subtask_index, snapshot,
-                         graph.job_vertex(evid.vertex_id).parallelism)
-            for evid, snapshot in completed.snapshots.items()], self.max_parallelism)
-        if completed.savepoint:
-            await self._complete_savepoint(completed, metadata)
-            return
-        try:
-            await self.run_blocking(checkpoints.write_metadata, self._checkpoint_dir, metadata)
-        except Exception as error:
-            self._checkpoint_aborted(coordinator.completed_not_written(
-                completed, f"{type(error).__name__}: {error}", self._now()))
-            return
-        size = sum(snapshot.size for snapshot in completed.snapshots.values())
-        log.info("job %s: checkpoint %d completed in %.2f s (%d bytes)", self.job_id,
-                 completed.checkpoint_id, completed.duration, size)
-        alignment = max((s.alignment for s in completed.snapshots.values()), default=0.0)
-        for old in coordinator.completed_written(completed, size, self._now(), alignment):
-            await self._discard_checkpoint(old.checkpoint_id)
-        if not self._terminating:
-            self._confirm(completed.checkpoint_id)
-
-    def _running_tasks(self) -> Iterator[tuple[ExecutionAttemptID, TaskManagerRecord]]:
-        """Each running task's attempt, with the record of its TaskExecutor."""
-        for vertex in self.scheduler.execution_graph.execution_vertices():
-            execution = vertex.current_execution
-            record = self.task_managers.get(execution.slot.resource_id) if execution.slot else None
-            if record is not None and execution.state is ExecutionState.RUNNING:
-                yield execution.attempt_id, record
-
-    def _confirm(self, checkpoint_id: int) -> None:
-        """Tells every running task that the checkpoint completed (its sinks commit)."""
-        for attempt_id, record in self._running_tasks():
-            self.spawn(self._quietly(record.gateway.confirm_checkpoint(te.ConfirmCheckpoint(
-                self.job_master_id, attempt_id, checkpoint_id))),
-                f"confirm-{checkpoint_id}-{attempt_id}")
-
-    async def _confirm_and_wait(self, checkpoint_id: int) -> None:
-        """Tells every running task that the checkpoint completed, and waits until each
-        took it (or ended), for at most the checkpoint timeout: a task that takes longer
-        is cancelled all the same, and what its sinks had not committed is committed by
-        a job that resumes from the checkpoint. Returns at once if the job ends
-        meanwhile (a lost TaskExecutor's call could take the whole timeout)."""
-        timeout = self.config.checkpoint.timeout
-        confirmed: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(
-            self._quietly(with_timeout(record.gateway, timeout).confirm_checkpoint(
-                te.ConfirmCheckpoint(self.job_master_id, attempt_id, checkpoint_id, wait=True)))
-            for attempt_id, record in self._running_tasks())))
-        ended: asyncio.Future[Any] = asyncio.ensure_future(self._terminated.wait())
-        try:
-            await asyncio.wait({confirmed, ended}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            confirmed.cancel()
-            ended.cancel()
 
     async def trigger_savepoint(self, target: str, stop: bool) -> str:
         """Takes a savepoint into the folder `target` (empty: state.savepoints.dir) and
         returns its folder once written; with `stop`, the job then stops (FINISHED, as
         Flink's stop-with-savepoint). ValueError (nothing changed) when the job takes
         no checkpoints or not all of its tasks run; RuntimeError when it failed."""
-        coordinator = self.checkpoints
-        if coordinator is None:
-            raise ValueError(f"job {self.job_id} takes no checkpoints (a streaming job with "
-                             f"execution.checkpointing.interval takes savepoints)")
-        if self._terminating or self.status is not JobStatus.RUNNING:
-            raise ValueError(f"job {self.job_id} is {self.status.value}: no savepoint")
-        if self._stopping_after_savepoint:
-            raise ValueError(f"job {self.job_id} is stopping after a savepoint: no other")
-        result = self._trigger_checkpoint(coordinator, savepoint=True)
-        if isinstance(result, NotTriggered):
-            raise ValueError(f"job {self.job_id}: no savepoint now: {result.reason}")
-        # The triggers are on their way: nothing of them runs before this returns.
-        request = _SavepointRequest(asyncio.get_running_loop().create_future(),
-                                    target or self.config.checkpoint.savepoint_directory, stop)
-        self._savepoints[result.checkpoint_id] = request
-        log.info("job %s: savepoint %d triggered%s", self.job_id, result.checkpoint_id,
-                 " (the job stops after it)" if stop else "")
-        return await request.done
-
-    async def _complete_savepoint(self, completed: CompletedCheckpoint,
-                                  metadata: CheckpointMetadata) -> None:
-        request = self._savepoints.pop(completed.checkpoint_id, None)
-        try:
-            folder = await self.run_blocking(checkpoints.write_savepoint, self._checkpoint_dir,
-                                              metadata, request.target if request else "")
-        except Exception as error:
-            log.warning("job %s: savepoint %d could not be written: %s", self.job_id,
-                        completed.checkpoint_id, error)
-            if request is not None:
-                request.fail(f"the savepoint could not be written: "
-                             f"{type(error).__name__}: {error}")
-            return
-        log.info("job %s: savepoint %d written to %s", self.job_id, completed.checkpoint_id, folder)
-        if not self._terminating and request is not None and request.stop:
-            # As Flink's stop-with-savepoint: no checkpoint after it, and the tasks end
-            # only once their sinks committed what the savepoint covers.
-            self._stopping_after_savepoint = True
-            await self._confirm_and_wait(completed.checkpoint_id)
-            if not self._terminating:
-                log.info("job %s stops after its savepoint", self.job_id)
-                self._run_scheduler(self.scheduler.stop(self._now()))
-        elif not self._terminating:
-            self._confirm(completed.checkpoint_id)
-        if request is not None and not request.done.done():
-            request.done.set_result(folder)
-
-    def _checkpoint_aborted(self, aborted: Aborted) -> None:
-        log.log(logging.WARNING if aborted.counted else logging.INFO,
-                "job %s: checkpoint %d aborted: %s", self.job_id, aborted.checkpoint_id,
-                aborted.reason)
-        request = self._savepoints.pop(aborted.checkpoint_id, None)
-        if request is not None:
-            request.fail(f"the savepoint was aborted: {aborted.reason}")
-        self.spawn(self._discard_checkpoint(aborted.checkpoint_id), f"discard-{aborted.checkpoint_id}")
-        coordinator = self.checkpoints
-        if coordinator is not None and coordinator.must_fail_over is not None:
-            cause = coordinator.must_fail_over
-            coordinator.failed_over()
-            self._run_scheduler(self.scheduler.fail_over_all(cause, self._now()))
-
-    async def _discard_checkpoint(self, checkpoint_id: int) -> None:
-        try:
-            await self.run_blocking(checkpoints.discard, self._checkpoint_dir, checkpoint_id)
-        except Exception as error:  # what is left is never read: no metadata
-            log.warning("job %s: could not delete checkpoint %d: %s", self.job_id,
-                        checkpoint_id, error)
-
-    async def _end_checkpoints(self, status: JobStatus) -> None:
-        """The job ended: once the checkpoints being completed are, its checkpoints are
-        deleted, unless execution.checkpointing.externalized-checkpoint-retention keeps
-        them for this end."""
-        await asyncio.gather(*self._completing, return_exceptions=True)
-        retention = self.config.checkpoint.retention
-        if (status is JobStatus.FAILED and retention != "NO_EXTERNALIZED_CHECKPOINTS") or (
-                status is JobStatus.CANCELED and retention == "RETAIN_ON_CANCELLATION"):
-            log.info("job %s: its checkpoints are kept in %s", self.job_id, self._checkpoint_dir)
-            return
-        try:
-            await self.run_blocking(checkpoints.discard_job, self._checkpoint_dir)
-        except Exception as error:
-            log.warning("job %s: could not delete its checkpoints in %s: %s", self.job_id,
-                        self._checkpoint_dir, error)
-
-    def _restore_for(self, evid: ExecutionVertexID) -> TaskRestore | None:
-        """What a subtask deployed now starts from: its state in the latest completed
-        checkpoint, else in the savepoint the job resumed from, if any."""
-        latest = self.checkpoints.latest() if self.checkpoints is not None else None
-        if latest is None:
-            if self._savepoint is None:
-                return None
-            self.restored_from = self._savepoint.checkpoint_id
-            return self._savepoint.restores.get((evid.vertex_id, evid.subtask_index))
-        self.restored_from = latest.checkpoint_id
-        snapshot = latest.snapshots.get(evid)
-        return TaskRestore(latest.checkpoint_id, snapshot) if snapshot is not None else None
+        return await self.checkpointing.trigger_savepoint(target, stop)
 
     def checkpoint_view(self) -> CheckpointView | None:
         """The job's checkpoint statistics for the REST API (None: it takes none)."""
-        coordinator = self.checkpoints
-        if coordinator is None:
-            return None
-        stats = coordinator.stats
-        return CheckpointView(stats.triggered, stats.completed, stats.failed,
-                              len(coordinator.pending), stats.last_completed_id,
-                              stats.last_completed_duration, stats.last_completed_size,
-                              stats.last_failure, self.restored_from, self._checkpoint_dir,
-                              stats.last_completed_alignment)
+        return self.checkpointing.view()
 
     # ----------------------------------------------------------------- commands
 
@@ -807,10 +531,10 @@ class JobMaster(RpcEndpoint):
             case sch.CancelTask():
                 self.spawn(self._cancel_task(command), f"cancel-{command.attempt_id}")
             case sch.ScheduleRestart(delay=delay, token=token):
-                self._abort_checkpoints("the job fails over")
+                self.checkpointing.abort_pending("the job fails over")
                 self.spawn(self._restart_after(delay, token), f"restart-{token}")
             case sch.JobTerminated(status=status, cause=cause):
-                self._abort_checkpoints(f"the job is {status.value}")
+                self.checkpointing.abort_pending(f"the job is {status.value}")
                 self._terminate(status, cause)
             case _:
                 raise TypeError(f"unknown Scheduler command {command!r}")
@@ -840,11 +564,6 @@ class JobMaster(RpcEndpoint):
                 self.spawn(self._free_slot(command), f"free-{command.allocation_id}")
             case _:
                 raise TypeError(f"unknown SlotPool command {command!r}")
-
-    def _abort_checkpoints(self, reason: str) -> None:
-        if self.checkpoints is not None:
-            for aborted in self.checkpoints.abort_pending(reason):
-                self._checkpoint_aborted(aborted)
 
     async def _restart_after(self, delay: float, token: int) -> None:
         """The restart strategy's backoff, then the restart (a stale token does nothing)."""
@@ -944,8 +663,8 @@ class JobMaster(RpcEndpoint):
         """Drops the job's partitions, gives every slot back, leaves the ResourceManager,
         then reports the result. Its file outputs are committed or discarded first; a
         failed commit fails the job (output_commit)."""
-        checkpointed = self.checkpoints is not None
-        mark_success = self.config.mark_success and not self._stopping_after_savepoint
+        checkpointed = self.checkpointing.enabled
+        mark_success = self.config.mark_success and not self.checkpointing.stopping_after_savepoint
         if status is JobStatus.FINISHED and self.job_graph.outputs and \
                 self._commit_starts is not None:
             try:
@@ -964,8 +683,7 @@ class JobMaster(RpcEndpoint):
             except Exception as error:  # the next job finds it stale: this job's end stands
                 log.warning("job %s: releasing the claims on its output folders failed: %s",
                             self.job_id, error)
-        if self.checkpoints is not None:
-            await self._end_checkpoints(status)
+        await self.checkpointing.end(status)
         frees = [c for c in self.slot_pool.close(self._now()) if isinstance(c, sp.FreeSlot)]
         releases = [self._quietly(record.gateway.release_partitions(
             te.ReleasePartitions(self.job_master_id, self.job_id)))
@@ -980,26 +698,6 @@ class JobMaster(RpcEndpoint):
         self._on_terminated(JobResult(self.job_id, self.job_graph.name, status, cause,
                                       self.start_time, self.end_time))
         self.stop()
-
-
-@dataclass
-class _SavepointRequest:
-    """A savepoint the user waits for: `done` gets its folder; it goes to `target`; with
-    `stop`, the job stops once it is written."""
-
-    done: asyncio.Future[str]
-    target: str
-    stop: bool
-
-    def fail(self, cause: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(RuntimeError(cause))
-
-
-def is_streaming(graph: JobGraph) -> bool:
-    """Every task runs at once and every exchange is pipelined: checkpoints can be taken."""
-    return graph.schedule_mode is ScheduleMode.EAGER and all(
-        edge.partition_type is ResultPartitionType.PIPELINED for edge in graph.edges)
 
 
 def _conforms_to_gateway(endpoint: JobMaster) -> JobMasterGateway:
