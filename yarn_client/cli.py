@@ -8,6 +8,7 @@ that exists and is not empty in mode "no_overwrite": that job is not submitted).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -250,115 +252,201 @@ def _pyspark_cluster_properties(submit: SparkSubmitOptions, dynamic: dict[str, s
     return tuple(extra)
 
 
-@cli.command(context_settings=PROGRAM_SETTINGS)
-@click.option("-t", "--target", type=click.Choice(TARGETS), default=None,
-              help="Where to run: local processes, a YARN application per job, or a YARN "
-                   "session. Default: execution.target; when that is auto, yarn-per-job "
-                   "when HADOOP_CONF_DIR has a yarn-site.xml, else local.")
-@click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
-              help="Override a configuration option (of ~/.flinkyarn/flinkyarn.yaml, or "
-                   "$FLINKYARN_CONF_DIR/flinkyarn.yaml).")
-@click.option("--pyspark", is_flag=True,
-              help="PROGRAM is an unmodified PySpark script: its driver runs in a slot, its "
-                   "Spark on YARN (pyspark.master), as with spark-submit --deploy-mode cluster.")
-@click.option("--detached", is_flag=True,
-              help="yarn-per-job: print the application id and return (execution.attached=false).")
-@click.option("--application-id", help="yarn-session: the session to submit into (default: your newest).")
-@click.option("-s", "--from-savepoint", "savepoint", metavar="PATH",
-              help="The program's jobs resume from this savepoint folder "
-                   "(execution.savepoint.path).")
-@click.option("--allow-non-restored-state", is_flag=True,
-              help="With -s: drop the savepoint's state that no operator claims "
-                   "(execution.savepoint.ignore-unclaimed-state).")
-@python_options
-@yarn_application_options
-@spark_submit_options
-@click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached: bool,
-        application_id: str | None, savepoint: str | None, allow_non_restored_state: bool,
-        python_archives: tuple[str, ...],
-        python_executable: str | None, py_files: tuple[str, ...], files: tuple[Path, ...],
-        name: str | None, queue: str | None, tags: tuple[str, ...], spark_confs: tuple[str, ...],
-        spark_master: str | None, deploy_mode: str | None, archives: tuple[str, ...],
-        num_executors: int | None, executor_cores: int | None, executor_memory: str | None,
-        driver_memory: str | None, program: Path, args: tuple[str, ...]) -> None:
-    """Run PROGRAM (a Python file that builds and executes jobs) with ARGS."""
-    if allow_non_restored_state and not savepoint:
-        raise click.UsageError("--allow-non-restored-state goes with -s PATH")
-    if savepoint:
-        properties = (*properties, f"{options.SAVEPOINT_PATH.key}={savepoint}",
-                      f"{options.SAVEPOINT_IGNORE_UNCLAIMED_STATE.key}="
-                      f"{str(allow_non_restored_state).lower()}")
+def option_group(parameter: str, group: type):
+    """Hands a command the options named by the fields of the dataclass `group` as one
+    instance of it, its argument `parameter`. The options themselves are declared as
+    usual, in the order --help lists them."""
+    names = [field.name for field in dataclasses.fields(group)]
+
+    def decorate(function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            kwargs[parameter] = group(**{name: kwargs.pop(name) for name in names})
+            return function(*args, **kwargs)
+        return wrapper
+    return decorate
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """-t, --detached, --application-id: where the program's jobs run."""
+
+    target: str | None
+    detached: bool
+    application_id: str | None
+
+    def resolve(self, properties: tuple[str, ...]) -> str:
+        """-t, else the configured default (default_target)."""
+        return self.target or default_target(load_configuration(properties))
+
+
+@dataclass(frozen=True)
+class SavepointRestore:
+    """-s, --allow-non-restored-state: what the program's jobs resume from."""
+
+    savepoint: str | None
+    allow_non_restored_state: bool
+
+    def properties(self) -> tuple[str, ...]:
+        """The -D overrides they stand for; a UsageError when they do not go together."""
+        if self.allow_non_restored_state and not self.savepoint:
+            raise click.UsageError("--allow-non-restored-state goes with -s PATH")
+        if not self.savepoint:
+            return ()
+        return (f"{options.SAVEPOINT_PATH.key}={self.savepoint}",
+                f"{options.SAVEPOINT_IGNORE_UNCLAIMED_STATE.key}="
+                f"{str(self.allow_non_restored_state).lower()}")
+
+
+@dataclass(frozen=True)
+class PythonShipping:
+    """-pyarch, -pyexec, -pyfs, --files (python_options): what the containers get."""
+
+    python_archives: tuple[str, ...]
+    python_executable: str | None
+    py_files: tuple[str, ...]
+    files: tuple[Path, ...]
+
+    def properties(self, pyspark: bool) -> tuple[str, ...]:
+        """The -D overrides they stand for. A PySpark script's files reach its driver and
+        Spark's executors (spark-submit's way), not every container."""
+        if pyspark:
+            return python_properties((), self.python_archives, self.python_executable, (), ())
+        return python_properties((), self.python_archives, self.python_executable,
+                                 self.py_files, self.files)
+
+
+@dataclass(frozen=True)
+class YarnApplication:
+    """--name, --queue, --tags (yarn_application_options): the YARN application's."""
+
+    name: str | None
+    queue: str | None
+    tags: tuple[str, ...]
+
+    def options(self, files: tuple[Path, ...], conf: Configuration) -> YarnOptions:
+        return yarn_options(self.name, self.queue, self.tags, files, conf)
+
+
+@dataclass(frozen=True)
+class SparkSubmitArgs:
+    """spark-submit's own options (spark_submit_options), taken with --pyspark only."""
+
+    spark_confs: tuple[str, ...]
+    spark_master: str | None
+    deploy_mode: str | None
+    archives: tuple[str, ...]
+    num_executors: int | None
+    executor_cores: int | None
+    executor_memory: str | None
+    driver_memory: str | None
+
+    def check_taken(self, pyspark: bool) -> None:
+        """A UsageError naming those given without --pyspark."""
+        if pyspark:
+            return
+        given = [option for option, value in (
+            ("--conf", self.spark_confs), ("--master", self.spark_master),
+            ("--deploy-mode", self.deploy_mode), ("--archives", self.archives),
+            ("--num-executors", self.num_executors), ("--executor-cores", self.executor_cores),
+            ("--executor-memory", self.executor_memory),
+            ("--driver-memory", self.driver_memory)) if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: spark-submit's options go with --pyspark")
+
+    def submit_options(self, yarn: YarnApplication, python: PythonShipping) -> SparkSubmitOptions:
+        """The script's spark-submit command line, with the options it shares with ours."""
+        return SparkSubmitOptions(self.spark_confs, self.spark_master, self.deploy_mode,
+                                  self.num_executors, self.executor_cores, self.executor_memory,
+                                  self.driver_memory, yarn.name, yarn.queue, python.files,
+                                  self.archives, python.py_files)
+
+
+def check_program(program: Path) -> None:
+    """PROGRAM is a file, not an option click took for it (one flinkyarn does not have)."""
     if str(program).startswith("-"):
         option = str(program).split("=")[0]
         hint = f" ({NOT_TAKEN[option]})" if option in NOT_TAKEN else ""
         raise click.UsageError(f"no such option: {option}{hint}")
     if not program.is_file():
         raise click.BadParameter(f"no such file: {program}", param_hint="PROGRAM")
-    submit = SparkSubmitOptions(spark_confs, spark_master, deploy_mode, num_executors,
-                                executor_cores, executor_memory, driver_memory, name, queue,
-                                files, archives, py_files)
-    if not pyspark:
-        given = [option for option, value in (
-            ("--conf", spark_confs), ("--master", spark_master), ("--deploy-mode", deploy_mode),
-            ("--archives", archives), ("--num-executors", num_executors),
-            ("--executor-cores", executor_cores), ("--executor-memory", executor_memory),
-            ("--driver-memory", driver_memory)) if value]
-        if given:
-            raise click.UsageError(f"{', '.join(given)}: spark-submit's options go with --pyspark")
-    target = target or default_target(load_configuration(properties))
+
+
+def dynamic_properties(properties: tuple[str, ...]) -> dict[str, str]:
     try:
-        dynamic = parse_dynamic_properties(properties)
+        return parse_dynamic_properties(properties)
     except ConfigurationError as error:
         raise click.UsageError(str(error)) from None
+
+
+def run_configuration(target: str, pyspark: bool, properties: tuple[str, ...],
+                      shipped: tuple[str, ...], submit: SparkSubmitOptions,
+                      dynamic: dict[str, str]) -> tuple[Configuration, list[Path]]:
+    """The client's configuration for the run, and the program's PYTHONPATH additions
+    (python.files); a UsageError when the Python options do not fit together."""
     if pyspark:
-        # The script's files reach its driver and Spark's executors, not every container.
-        shipped = python_properties((), python_archives, python_executable, (), ())
         # A cluster of its own (per-job, local): one slot with all of the TaskExecutor.
         cluster = _pyspark_cluster_properties(submit, dynamic) if target != "yarn-session" else ()
         conf = load_configuration((*cluster, *properties, *shipped))
         program_path = []
     else:
-        shipped = python_properties((), python_archives, python_executable, py_files, files)
         conf = load_configuration((*properties, *shipped))
         program_path = python_files(conf)
     try:
         shipping.check_python_options(conf)
     except ShippingError as error:
         raise click.UsageError(str(error)) from None
-    job_graph = None
-    if pyspark:
-        try:
-            if target != "local":  # the script's files go to the cluster's HDFS first
-                kerberos.client_login(conf)
-            settings = _pyspark_settings(target, submit, dynamic, conf)
-        except (ShippingError, HadoopConfigError, OSError) as error:
-            click.echo(f"error: {error}", err=True)
-            sys.exit(1)
-        job_graph = pyspark_job_graph(program, args, settings)
-    executor: LocalTargetExecutor | PerJobExecutor | SessionExecutor
+    return conf, program_path
+
+
+def pyspark_script_job(target: str, program: Path, args: tuple[str, ...],
+                       submit: SparkSubmitOptions, dynamic: dict[str, str],
+                       conf: Configuration) -> JobGraph:
+    """The job of one PySpark script; exits with 1 when its files cannot be staged."""
+    try:
+        if target != "local":  # the script's files go to the cluster's HDFS first
+            kerberos.client_login(conf)
+        settings = _pyspark_settings(target, submit, dynamic, conf)
+    except (ShippingError, HadoopConfigError, OSError) as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    return pyspark_job_graph(program, args, settings)
+
+
+def run_executor(target: str, where: RunTarget, conf: Configuration, yarn: YarnApplication,
+                 program: Path, job_properties: tuple[str, ...], pyspark: bool
+                 ) -> LocalTargetExecutor | PerJobExecutor | SessionExecutor:
+    """What executes the program's jobs on `target`; exits with 1 when YARN or the
+    session cannot be reached. `job_properties`: the -D overrides (with the Python
+    options'), which a session takes per job."""
     try:
         if target == "local":
-            executor = LocalTargetExecutor(conf)
-        elif target == "yarn-per-job":
-            executor = PerJobExecutor(conf, yarn_options(name, queue, tags, (program,), conf),
-                                      detached or not conf.get(options.EXECUTION_ATTACHED))
-        else:
-            # The session's configuration is its own; the job-level -D (not the client's
-            # config file) go with the jobs (a script's Spark settings with its job).
-            dynamic = parse_dynamic_properties((*properties, *shipped))
-            ignored = sorted(key for key in dynamic if not options.is_job_option(key)
-                             and not options.is_client_option(key)
-                             and not (pyspark and (key.startswith(("spark.", "pyspark.")))))
-            if ignored:
-                click.echo(f"warning: a session keeps its own configuration; ignored: "
-                           f"{', '.join(ignored)} (jobs may set {options.JOB_OPTIONS})", err=True)
-            executor = SessionExecutor(application_id, job_settings=options.job_settings(dynamic),
-                                       conf=conf)
+            return LocalTargetExecutor(conf)
+        if target == "yarn-per-job":
+            return PerJobExecutor(conf, yarn.options((program,), conf),
+                                  where.detached or not conf.get(options.EXECUTION_ATTACHED))
+        # The session's configuration is its own; the job-level -D (not the client's
+        # config file) go with the jobs (a script's Spark settings with its job).
+        dynamic = parse_dynamic_properties(job_properties)
+        ignored = sorted(key for key in dynamic if not options.is_job_option(key)
+                         and not options.is_client_option(key)
+                         and not (pyspark and (key.startswith(("spark.", "pyspark.")))))
+        if ignored:
+            click.echo(f"warning: a session keeps its own configuration; ignored: "
+                       f"{', '.join(ignored)} (jobs may set {options.JOB_OPTIONS})", err=True)
+        return SessionExecutor(where.application_id, job_settings=options.job_settings(dynamic),
+                               conf=conf)
     except (YarnDeploymentError, RestError, HadoopConfigError, ShippingError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(1)
+
+
+def execute_program(executor: LocalTargetExecutor | PerJobExecutor | SessionExecutor,
+                    program: Path, args: tuple[str, ...], job_graph: JobGraph | None,
+                    program_path: list[Path]) -> int:
+    """Runs the program (or submits the script's job) and stops what it started; the
+    exit code: 0 when every job finished (or was submitted), 1 when one did not, the
+    program failed or ran no job, 2 when an output folder was in the way."""
     code = 0
     try:
         if job_graph is not None:
@@ -390,6 +478,54 @@ def run(target: str | None, properties: tuple[str, ...], pyspark: bool, detached
             code = 1
         elif any(r.status not in ("FINISHED", "SUBMITTED") for r in executor.results):
             code = 1
+    return code
+
+
+@cli.command(context_settings=PROGRAM_SETTINGS)
+@option_group("where", RunTarget)
+@option_group("restore", SavepointRestore)
+@option_group("python", PythonShipping)
+@option_group("yarn", YarnApplication)
+@option_group("spark", SparkSubmitArgs)
+@click.option("-t", "--target", type=click.Choice(TARGETS), default=None,
+              help="Where to run: local processes, a YARN application per job, or a YARN "
+                   "session. Default: execution.target; when that is auto, yarn-per-job "
+                   "when HADOOP_CONF_DIR has a yarn-site.xml, else local.")
+@click.option("-D", "properties", multiple=True, metavar="KEY=VALUE",
+              help="Override a configuration option (of ~/.flinkyarn/flinkyarn.yaml, or "
+                   "$FLINKYARN_CONF_DIR/flinkyarn.yaml).")
+@click.option("--pyspark", is_flag=True,
+              help="PROGRAM is an unmodified PySpark script: its driver runs in a slot, its "
+                   "Spark on YARN (pyspark.master), as with spark-submit --deploy-mode cluster.")
+@click.option("--detached", is_flag=True,
+              help="yarn-per-job: print the application id and return (execution.attached=false).")
+@click.option("--application-id", help="yarn-session: the session to submit into (default: your newest).")
+@click.option("-s", "--from-savepoint", "savepoint", metavar="PATH",
+              help="The program's jobs resume from this savepoint folder "
+                   "(execution.savepoint.path).")
+@click.option("--allow-non-restored-state", is_flag=True,
+              help="With -s: drop the savepoint's state that no operator claims "
+                   "(execution.savepoint.ignore-unclaimed-state).")
+@python_options
+@yarn_application_options
+@spark_submit_options
+@click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(properties: tuple[str, ...], pyspark: bool, program: Path, args: tuple[str, ...],
+        where: RunTarget, restore: SavepointRestore, python: PythonShipping,
+        yarn: YarnApplication, spark: SparkSubmitArgs) -> None:
+    """Run PROGRAM (a Python file that builds and executes jobs) with ARGS."""
+    properties = (*properties, *restore.properties())
+    check_program(program)
+    spark.check_taken(pyspark)
+    submit = spark.submit_options(yarn, python)
+    target = where.resolve(properties)
+    dynamic = dynamic_properties(properties)
+    shipped = python.properties(pyspark)
+    conf, program_path = run_configuration(target, pyspark, properties, shipped, submit, dynamic)
+    job_graph = pyspark_script_job(target, program, args, submit, dynamic, conf) if pyspark else None
+    executor = run_executor(target, where, conf, yarn, program, (*properties, *shipped), pyspark)
+    code = execute_program(executor, program, args, job_graph, program_path)
     for result in executor.results:
         if target != "local" and result.status != "SUBMITTED":
             _print_result(result)
