@@ -179,6 +179,44 @@ class _StartingDriver:
             self._future.result().close()
 
 
+@dataclass
+class _Submission:
+    """One deploy's state on the client: what `end()` cleans up once the application is
+    up, or its submission failed. `credentials` (the staging folder with the cluster's
+    keys) is set once chosen, and removed unless the application came `up`."""
+
+    staging: shipping.Staging
+    start: float              # monotonic s on the descriptor's clock
+    validity_ms: int          # yarn.application-attempt-failures-validity-interval
+    driver: _StartingDriver | None  # skein's, on a secure cluster
+    work: Path                # local, beside the applications' folders
+    credentials: str | None = None
+    up: bool = False
+
+    def end(self) -> None:
+        if self.driver is not None:
+            self.driver.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+        if self.credentials is not None and not self.up:  # nothing submitted, or it was killed
+            self.staging.remove_quietly(self.credentials)
+
+
+@dataclass(frozen=True)
+class _Shipped:
+    """What _ship put on the cluster's filesystem."""
+
+    shipment: shipping.Shipment
+    jar: shipping.Localized | None    # skein's, for a submission without skein's driver
+    credentials: str                  # the private folder of the cluster's keys
+    uploads: dict[str, Path]          # its files: written already, or with the submission
+    keytab: Path | None               # the login keytab, shipped for the AppMaster
+
+
+def _index(staging: shipping.Staging, app_id: str) -> str:
+    """The application's entry in the staging folder's index (where its AppMaster is)."""
+    return f"{staging.root}/applications/{app_id}.json"
+
+
 class YarnClusterDescriptor:
     """Starts clusters on YARN. `clock` and `sleep` time and pace the wait for an
     AppMaster (a test passes a ManualClock and its `advance`)."""
@@ -212,13 +250,49 @@ class YarnClusterDescriptor:
         where to look. Raises ConfigurationError, before anything is started, for options
         that the AppMaster or a TaskExecutor would refuse, and InvalidJobGraph for a graph
         the Dispatcher would."""
+        containers = self._check_request(graph)
+        extras = self._ship_files()
+        submission = self._begin_submission()
+        try:
+            shipped = self._ship(submission)
+            master_files, files = self._container_files(submission, shipped, extras, graph)
+            store = f"{submission.staging.job_store(self.conf)}/{{app_id}}"
+            spec = self._spec(mode, graph, master_files, files, shipped.shipment, containers,
+                              self._cleanup_arguments(submission.staging, shipped.credentials,
+                                                      store))
+            phases: dict[str, float] = {"uploaded bytes": float(shipped.shipment.uploaded_bytes)}
+            app_id = self._submit(spec, submission.staging, shipped.jar, submission.driver,
+                                  submission.validity_ms, shipped.uploads)
+            phases["submitted"] = self.clock.monotonic() - submission.start
+            self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
+                      f"[{phases['submitted']:.1f} s]")
+            rest_address, dashboard, tokens = self.wait_for_appmaster(app_id, submission.start,
+                                                                      phases)
+            submission.up = True
+            target = self._record_application(submission, app_id, mode, spec.name, store,
+                                              rest_address, dashboard)
+        finally:
+            submission.end()
+        return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security"),
+                                             timeout=self.conf.get(options.CLIENT_TIMEOUT)),
+                          dashboard, phases, tokens, store.format(app_id=app_id))
+
+    def _check_request(self, graph: JobGraph | None) -> dict[str, tuple[int, int, str]]:
+        """Refuses, before anything starts, what the AppMaster, a TaskExecutor, the
+        Dispatcher or YARN would (check_request); logs in to Kerberos on the way. The
+        containers the application asks for (_containers)."""
         options.check_cluster_options(self.conf)
         if graph is not None:
             options.check_job_graph(graph, self.conf)
         kerberos.client_login(self.conf)
         containers = self._containers()
         check_request(self.yarn.queue, containers)
-        extras = self._ship_files()
+        return containers
+
+    def _begin_submission(self) -> _Submission:
+        """The staging folder, the clock of the start-up phases, skein's driver on a
+        secure cluster (started now: it starts while the files are shipped), and a local
+        work folder; `end()` cleans them up."""
         staging = shipping.Staging(self.conf, self._say)
         start = self.clock.monotonic()
         validity_ms = round(self.conf.get(options.YARN_ATTEMPT_FAILURES_VALIDITY_INTERVAL) * 1000)
@@ -232,80 +306,90 @@ class YarnClusterDescriptor:
         applications = applications_dir()
         applications.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".submit-", dir=applications))
-        credentials, app_id, up = None, None, False
-        try:
-            try:
-                shipment = shipping.ship(self.conf, staging)
-                jar = None if driver is not None else shipping.cached_copy(
-                    staging, Path(skein_jar.use_flinkyarn_jar()), "file",
-                    "skein's ApplicationMaster", rest_submit.JAR, localize_as="file")
-                ClusterSecurity.generate(work / "security")
-                credentials = f"{staging.root}/clusters/{new_id()}"
-                staging.private_folder(credentials)
-                uploads = {f"{credentials}/{name}": source
-                           for name, source in _staged_security(work / "security").items()}
-                keytab = self._keytab()
-                if keytab is not None:
-                    uploads[f"{credentials}/{KEYTAB}"] = keytab
-                if driver is not None:  # else written with the application's folder
-                    staging.upload_new(uploads)
-            except OSError as error:  # HDFS: refused, unreachable, permission denied
-                raise YarnDeploymentError(f"cannot ship to {staging.uri(staging.root)}: "
-                                          f"{kerberos.first_line(error)}") from None
-            # Localized from the staging folder, readable by this user only: nothing
-            # else carries the cluster's keys. Each role gets its own (security.py): the
-            # AppMaster the authority's key, a TaskExecutor the TaskExecutors' certificate
-            # under the usual names; neither gets the client's.
-            def localized(names: dict[str, str]) -> dict:
-                return {name: shipping.Localized(name, staging.uri(f"{credentials}/{staged}"))
-                        .skein_file() for name, staged in names.items()}
+        return _Submission(staging, start, validity_ms, driver, work)
 
-            files = localized(TASKEXECUTOR_STAGED)
-            master_files = localized({name: name for name in APPMASTER_FILES})
-            for role_files, shipped in ((files, shipment.executor_files()),
-                                        (master_files, shipment.master_files())):
-                role_files.update({name: f.skein_file() for name, f in shipped.items()})
-                for extra in extras:
-                    role_files[extra.name] = str(extra.resolve())
-            if keytab is not None:  # the AppMaster's alone: the TaskExecutors get tokens
-                master_files[KEYTAB] = shipping.Localized(
-                    KEYTAB, staging.uri(f"{credentials}/{KEYTAB}")).skein_file()
-            if graph is not None:
-                (work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
-                master_files["job.msgpack"] = str(work / "job.msgpack")
-            index = f"{staging.root}/applications/{{app_id}}.json"
-            store = f"{staging.job_store(self.conf)}/{{app_id}}"
-            cleanup = (f'--archive "{staging.uri(staging.archive(self.conf))}" '
-                       f'--job-store "{staging.uri(store.format(app_id="$SKEIN_APPLICATION_ID"))}" '
-                       f'--staging-file "{store.format(app_id="$SKEIN_APPLICATION_ID")}" '
-                       f'--staging-file "{credentials}" '
-                       f'--staging-file "{index.format(app_id="$SKEIN_APPLICATION_ID")}" ')
-            spec = self._spec(mode, graph, master_files, files, shipment, containers, cleanup)
-            phases: dict[str, float] = {"uploaded bytes": float(shipment.uploaded_bytes)}
-            app_id = self._submit(spec, staging, jar, driver, validity_ms, uploads)
-            phases["submitted"] = self.clock.monotonic() - start
-            self._say(f"submitted {app_id} ({spec.name}) to queue {self.yarn.queue} "
-                      f"[{phases['submitted']:.1f} s]")
-            rest_address, dashboard, tokens = self.wait_for_appmaster(app_id, start, phases)
-            up = True
-            info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
-                    "name": spec.name, "credentials": credentials,
-                    "job_store": store.format(app_id=app_id)}
-            staging.write_private(index.format(app_id=app_id), json.dumps(info).encode())
-            target = application_dir(app_id)
-            target.mkdir(parents=True, exist_ok=True)
-            target.chmod(0o700)
-            os.replace(work / "security", target / "security")
-            (target / "cluster.json").write_text(json.dumps(info))
-        finally:
-            if driver is not None:
-                driver.close()
-            shutil.rmtree(work, ignore_errors=True)
-            if credentials is not None and not up:  # nothing submitted, or it was killed
-                staging.remove_quietly(credentials)
-        return Deployment(app_id, RestClient(rest_address, ClusterSecurity.load(target / "security"),
-                                             timeout=self.conf.get(options.CLIENT_TIMEOUT)),
-                          dashboard, phases, tokens, store.format(app_id=app_id))
+    def _ship(self, submission: _Submission) -> _Shipped:
+        """Ships the Python environment and the program's files, skein's jar (without
+        skein's driver), and the cluster's new keys (and the login keytab) into a private
+        credentials folder; a YarnDeploymentError when the filesystem refuses."""
+        staging = submission.staging
+        try:
+            shipment = shipping.ship(self.conf, staging)
+            jar = None if submission.driver is not None else shipping.cached_copy(
+                staging, Path(skein_jar.use_flinkyarn_jar()), "file",
+                "skein's ApplicationMaster", rest_submit.JAR, localize_as="file")
+            ClusterSecurity.generate(submission.work / "security")
+            credentials = f"{staging.root}/clusters/{new_id()}"
+            submission.credentials = credentials
+            staging.private_folder(credentials)
+            uploads = {f"{credentials}/{name}": source
+                       for name, source in _staged_security(submission.work / "security").items()}
+            keytab = self._keytab()
+            if keytab is not None:
+                uploads[f"{credentials}/{KEYTAB}"] = keytab
+            if submission.driver is not None:  # else written with the application's folder
+                staging.upload_new(uploads)
+        except OSError as error:  # HDFS: refused, unreachable, permission denied
+            raise YarnDeploymentError(f"cannot ship to {staging.uri(staging.root)}: "
+                                      f"{kerberos.first_line(error)}") from None
+        return _Shipped(shipment, jar, credentials, uploads, keytab)
+
+    def _container_files(self, submission: _Submission, shipped: _Shipped, extras: list[Path],
+                         graph: JobGraph | None) -> tuple[dict, dict]:
+        """What YARN localizes for the AppMaster and for each TaskExecutor (skein files by
+        name): the role's keys, the shipment, --files and --py-files, the AppMaster's
+        keytab, and the job graph (written into the work folder)."""
+        staging = submission.staging
+
+        # Localized from the staging folder, readable by this user only: nothing
+        # else carries the cluster's keys. Each role gets its own (security.py): the
+        # AppMaster the authority's key, a TaskExecutor the TaskExecutors' certificate
+        # under the usual names; neither gets the client's.
+        def localized(names: dict[str, str]) -> dict:
+            return {name: shipping.Localized(name, staging.uri(f"{shipped.credentials}/{staged}"))
+                    .skein_file() for name, staged in names.items()}
+
+        files = localized(TASKEXECUTOR_STAGED)
+        master_files = localized({name: name for name in APPMASTER_FILES})
+        for role_files, role_shipped in ((files, shipped.shipment.executor_files()),
+                                         (master_files, shipped.shipment.master_files())):
+            role_files.update({name: f.skein_file() for name, f in role_shipped.items()})
+            for extra in extras:
+                role_files[extra.name] = str(extra.resolve())
+        if shipped.keytab is not None:  # the AppMaster's alone: the TaskExecutors get tokens
+            master_files[KEYTAB] = shipping.Localized(
+                KEYTAB, staging.uri(f"{shipped.credentials}/{KEYTAB}")).skein_file()
+        if graph is not None:
+            (submission.work / "job.msgpack").write_bytes(msgspec.msgpack.encode(graph))
+            master_files["job.msgpack"] = str(submission.work / "job.msgpack")
+        return master_files, files
+
+    def _cleanup_arguments(self, staging: shipping.Staging, credentials: str, store: str) -> str:
+        """The AppMaster's arguments for what it deletes at the application's end
+        (`store`: the job store's folder, of {app_id}); its archive goes to the archive
+        folder."""
+        app_id = "$SKEIN_APPLICATION_ID"
+        return (f'--archive "{staging.uri(staging.archive(self.conf))}" '
+                f'--job-store "{staging.uri(store.format(app_id=app_id))}" '
+                f'--staging-file "{store.format(app_id=app_id)}" '
+                f'--staging-file "{credentials}" '
+                f'--staging-file "{_index(staging, app_id)}" ')
+
+    def _record_application(self, submission: _Submission, app_id: str, mode: str, name: str,
+                            store: str, rest_address: str, dashboard: str) -> Path:
+        """The AppMaster answers: where to reach it goes into the staging folder's index
+        (private) and the application's local folder, with the cluster's keys; that
+        folder."""
+        info = {"rest_address": rest_address, "dashboard_url": dashboard, "mode": mode,
+                "name": name, "credentials": submission.credentials,
+                "job_store": store.format(app_id=app_id)}
+        submission.staging.write_private(_index(submission.staging, app_id), json.dumps(info).encode())
+        target = application_dir(app_id)
+        target.mkdir(parents=True, exist_ok=True)
+        target.chmod(0o700)
+        os.replace(submission.work / "security", target / "security")
+        (target / "cluster.json").write_text(json.dumps(info))
+        return target
 
     def _submit(self, spec, staging: shipping.Staging, jar: shipping.Localized | None,
                 driver: _StartingDriver | None, validity_ms: int,
