@@ -1,16 +1,15 @@
 """Failover on a local cluster of real processes: TaskExecutors killed and frozen in the
-middle of jobs without losing or duplicating a record, restart strategies, region
-failover, lost blocking partitions, and each job's own settings. The scenarios are
-tests/failover_scenarios.py's, which run on YARN too."""
+middle of jobs without losing or duplicating a record, lost blocking partitions, and a
+TaskExecutor whose Spark cannot start again. The scenarios are
+tests/failover_scenarios.py's, which run on YARN too. Restart strategies, region
+failover and each job's own settings are control-plane decisions, tested exactly on the
+in-process cluster (tests/unit/test_failover_control_plane.py)."""
 
 from __future__ import annotations
 
-import io
 import os
-import re
 import signal
 
-import msgspec
 import pyarrow.parquet as pq
 import pytest
 
@@ -18,9 +17,7 @@ from flinkyarn import Pipeline
 from tests import failover_scenarios as scenarios
 from tests.local.conftest import children, cmdline, task_executor_process
 from tests.waiting import wait_for
-from tests.local.jobs import N, FailOnce, interval_sums, slow_numbers, summing_pipeline
-from yarn_client.executors import ClusterExecutor
-from yarn_client.rest_client import RestError
+from tests.local.jobs import N, interval_sums, slow_numbers
 
 
 @pytest.fixture
@@ -52,57 +49,11 @@ def test_frozen_task_executor_is_declared_dead_and_the_job_still_finishes(cluste
              60, "the thawed TaskExecutor to register again")
 
 
-def test_failing_udf_exhausts_the_fixed_delay_strategy_and_fails_with_its_error(cluster, target):
-    scenarios.failing_udf_exhausts_fixed_delay(target(cluster))
-
-
-def test_a_failure_in_one_of_two_regions_restarts_only_that_region(cluster, target):
-    scenarios.failure_in_one_of_two_regions_restarts_only_that_region(target(cluster))
-
-
 @pytest.mark.parametrize("exchange, deterministic", [("key_by", True), ("rebalance", False)])
 def test_a_lost_blocking_partition_reruns_its_producer_and_reuses_the_others(
         start_cluster, target, exchange, deterministic):
     cluster = start_cluster(**{"taskmanager.numberOfTaskSlots": "1"})
     scenarios.lost_blocking_partition_reruns_its_producer(target(cluster), exchange, deterministic)
-
-
-def test_each_job_of_a_cluster_chooses_its_own_restart_strategy(cluster, target, tmp_path):
-    on = target(cluster)  # the cluster's default: no restarts
-    restarting = {"restart-strategy.type": "fixed-delay",
-                  "restart-strategy.fixed-delay.delay": "100 ms"}
-
-    def failing_once(name, **settings):
-        p = Pipeline(name, parallelism=1, **settings)
-        p.from_generator(slow_numbers).map(FailOnce(str(tmp_path / f"{name}-failed"))) \
-            .write_parquet(str(tmp_path / name))
-        return p
-
-    restarted = on.result(on.submit(failing_once("own settings", configuration=restarting)))
-    failed = on.result(on.submit(failing_once("cluster settings")))
-    # As `flinkyarn run -D` does for a session: the client's job-level settings go with
-    # each job that has none of its own.
-    result = ClusterExecutor(cluster.rest, io.StringIO(), job_settings=restarting) \
-        .execute(failing_once("client settings").job_graph())
-
-    assert (restarted.status, restarted.restarts) == ("FINISHED", 1)
-    assert (failed.status, failed.restarts) == ("FAILED", 0)
-    assert "transient failure" in failed.failure_cause
-    assert result.status == "FINISHED"
-
-
-def test_a_job_with_bad_settings_is_refused_and_leaves_nothing_behind(cluster):
-    graph = summing_pipeline("/tmp/never").job_graph()
-    for settings, message in [
-            ({"taskmanager.numberOfTaskSlots": "8"},
-             "a job cannot set option 'taskmanager.numberOfTaskSlots': it is the cluster's"),
-            ({"restart-strategy.type": "sometimes"}, "restart-strategy.type"),
-            ({"restart-strategy.fixed-delay.atempts": "3"}, "unknown option"),
-            ({"jobmanager.execution.failover-strategy": "restart-individual"},
-             "restart-individual")]:
-        with pytest.raises(RestError, match=re.escape(message)):
-            cluster.rest.submit(msgspec.structs.replace(graph, configuration=settings))
-    assert cluster.rest.jobs().jobs == []
 
 
 BROKEN_JAVA = """#!/bin/sh
