@@ -1,6 +1,8 @@
 """Checkpoints on a local cluster of real processes: a streaming job restarted after a
 lost TaskExecutor goes on from its latest completed checkpoint, exactly (the scenario is
-tests/failover_scenarios.py's)."""
+tests/failover_scenarios.py's). When checkpoints are triggered, expire and fail a job
+over, and when a savepoint is refused, is decided by the JobMaster alone: tested exactly
+on the in-process cluster (tests/unit/test_checkpoints_control_plane.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from tests.local import jobs
 from tests.local.conftest import task_executor_process
 from tests.waiting import wait_for
 from tests.local.jobs import SlowSnapshots, slow_numbers
-from yarn_client.rest_client import RestError
 
 
 def test_a_killed_streaming_job_goes_on_from_its_latest_checkpoint_exactly(cluster, tmp_path):
@@ -33,10 +34,11 @@ def test_a_killed_streaming_job_goes_on_from_its_latest_checkpoint_exactly(clust
     assert logs.count(restored) >= 4, restored
 
 
-def test_checkpoints_that_expire_are_tolerated_up_to_the_limit_then_the_job_fails_over(
+def test_a_job_failed_over_by_expiring_checkpoints_still_writes_each_record_once(
         cluster, tmp_path):
-    """Checkpoints 1 and 2 expire (a snapshot takes 1 s, the timeout is 300 ms): the first
-    is tolerated, the second fails the job over; later ones complete; the sum is exact."""
+    """Checkpoints 1 and 2 expire (a snapshot takes 1 s, the timeout is 300 ms): the job
+    fails over once, from no checkpoint, and its output is still exact (which checkpoint
+    fails when, and why the job fails over, is the harness's test)."""
     out = tmp_path / "out"
     p = Pipeline("slow snapshots", parallelism=1, configuration={
         **scenarios.RESTARTING, "execution.checkpointing.interval": "100 ms",
@@ -49,11 +51,7 @@ def test_checkpoints_that_expire_are_tolerated_up_to_the_limit_then_the_job_fail
         .result(cluster.rest.submit(p.job_graph()))
     assert details.status == "FINISHED", details.failure_cause
     assert details.restarts == 1
-    assert "exceeded the checkpoint tolerable failure threshold: 2 checkpoint failure(s) in " \
-           "a row, 1 tolerated" in (details.root_cause or "")
-    assert "expired before completing" in (details.root_cause or "")
-    checkpoints = details.checkpoints
-    assert checkpoints is not None and checkpoints.failed == 2 and checkpoints.completed >= 1
+    assert "checkpoint tolerable failure threshold" in (details.root_cause or "")
     assert pc.sum(scenarios.read(str(out)).column("n_sum")).as_py() == scenarios.TOTAL
 
 
@@ -115,13 +113,3 @@ def test_stop_with_a_savepoint_then_resume_from_it_at_another_parallelism_keeps_
         target, lambda job, folder: cluster.rest.savepoint(job, folder, stop=True, timeout=60),
         parallelism=parallelism)
     assert {v.parallelism for v in details.vertices} == {parallelism[1]}
-
-
-def test_a_savepoint_needs_a_job_that_takes_checkpoints(cluster, tmp_path):
-    p = Pipeline("no checkpoints", parallelism=1)
-    p.from_generator(slow_numbers).write_parquet(str(tmp_path / "out"))
-    job = cluster.rest.submit(p.job_graph())
-    with pytest.raises(RestError, match="takes no checkpoints"):
-        cluster.rest.savepoint(job, str(tmp_path / "savepoints"), timeout=30)
-    assert scenarios.Target(cluster.rest, task_executor_process, "", "").result(job).status \
-        == "FINISHED"
