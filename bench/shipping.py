@@ -41,7 +41,7 @@ from flinkyarn import hdfs  # noqa: E402
 from flinkyarn.configuration import Configuration  # noqa: E402
 from flinkyarn.job import JobBuilder  # noqa: E402
 from yarn_client import yarn_cluster  # noqa: E402
-from yarn_client.skein_jar import use_flinkyarn_jar  # noqa: E402
+from yarn_client import skein_agent  # noqa: E402
 from yarn_client.yarn_cluster import YarnClusterDescriptor, YarnOptions  # noqa: E402
 
 TAG = f"flinkyarn-bench-{uuid.uuid4().hex[:8]}"
@@ -53,13 +53,12 @@ def noop(ctx) -> None:
 
 
 def bare() -> dict:
-    use_flinkyarn_jar()
     spec = skein.ApplicationSpec(
         name="flinkyarn bench: bare skein", queue="default", tags={TAG},
         master=skein.Master(resources=skein.Resources(memory=256, vcores=1),
                             script="echo bare skein application"))
     start = time.time()
-    with skein.Client(log=False) as client:
+    with skein_agent.client(log=False) as client:  # of type flinkyarn, as ours are
         app_id = client.submit(spec)
         report = yarn_cluster.wait_for_end(app_id)
     return {"app_id": app_id, "seconds": time.time() - start, "uploaded_bytes": 0,

@@ -70,7 +70,6 @@ sys.path.insert(0, str(REPO / "integration"))
 
 import local_hadoop  # noqa: E402
 import skein  # noqa: E402
-import skein.core  # noqa: E402
 import smoke  # noqa: E402
 
 from flinkyarn import options  # noqa: E402
@@ -91,13 +90,10 @@ JOB_TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 APP_TERMINAL = ("FINISHED", "FAILED", "KILLED")
 SESSION_WARM = {"resourcemanager.taskmanager-timeout": "10 min", "slot.idle.timeout": "1 s"}
 SESSION_COLD = {"resourcemanager.taskmanager-timeout": "2 s", "slot.idle.timeout": "1 s"}
-# skein's ApplicationMaster, as patched (yarn_client/skein_attempts.py): yarn.heartbeat.interval
+# skein's ApplicationMaster, with our agent (yarn_client/skein_agent.py): yarn.heartbeat.interval
 # (at most skein's own 5 s) between allocate calls while no container request is pending
 # (1 s while one is).
 SKEIN_IDLE_HEARTBEAT = min(5.0, Configuration().get(options.YARN_HEARTBEAT_INTERVAL))
-# skein's own jar, before yarn_client.skein_jar points skein at the patched copy: the
-# smoke application keeps the application type `skein`, as integration/smoke.py runs it.
-SKEIN_JAR = skein.core._SKEIN_JAR
 
 
 def median(values) -> float | None:
@@ -401,7 +397,8 @@ def python_start(code: str) -> float:
 
 def smoke_run() -> dict:
     url = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-bench/{RUN_ID}/{uuid.uuid4().hex}.txt"
-    skein.core._SKEIN_JAR = SKEIN_JAR  # `deploy` points it at the patched jar again
+    # skein's own driver, without our agent: the smoke application keeps the type
+    # `skein`, as integration/smoke.py runs it.
     start = time.time()
     with skein.Client(log=False) as client:
         driver_up = time.time()

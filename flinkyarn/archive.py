@@ -26,7 +26,7 @@ from flinkyarn.jobgraph import JobGraph
 APPLICATION = "application.json"
 # An AppMaster leaves its application's page on the history server here, in its working
 # folder, for skein's ApplicationMaster to give YARN as the final tracking URL
-# (yarn_client/skein_attempts.py).
+# (yarn_client/skein_agent.py).
 FINAL_TRACKING_URL_FILE = "flinkyarn-final-tracking-url"
 
 

@@ -37,7 +37,7 @@ class Leader(msgspec.Struct, frozen=True):
 
 
 # Left in the AppMaster's working folder when its end is the application's, whatever
-# attempt it is: skein's ApplicationMaster then unregisters (yarn_client/skein_attempts.py).
+# attempt it is: skein's ApplicationMaster then unregisters (yarn_client/skein_agent.py).
 FINAL_END_FILE = "flinkyarn-final-end"
 
 

@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                     log.warning("cannot leave the final tracking URL: %s", error)
         remove_staging_files(args.staging_files, app.id)  # the job store's folder too
         # skein unregisters (YARN starts no other attempt) a success, or an end it finds
-        # this file for: never by its own count (yarn_client/skein_attempts.py).
+        # this file for: never by its own count (yarn_client/skein_agent.py).
         if outcome.status != "SUCCEEDED":
             try:
                 Path(FINAL_END_FILE).write_text(outcome.status)

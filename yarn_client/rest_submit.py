@@ -16,10 +16,11 @@ This does what skein's Java driver does on submit (Driver.submitApplicationInner
   rewrites it: a service runs `bash .skein.sh` with its log in the container's log
   folder, and each container gets the certificate and key;
 - submits the ApplicationMaster's container: skein's ApplicationMaster class with
-  skein's jar on the class path, its JVM started as yarn_client/skein_jar.py patches the
-  driver to start it.
-skein's jar is the patched copy, from the staging folder's content-addressed cache:
-uploaded once, where the driver uploads its 8 MB to every application's folder.
+  skein's jar on the class path, its JVM started with the options the driver starts it
+  with under our agent (yarn_client/skein_agent.py's am_java_options, which load the
+  agent the specification localizes).
+skein's jar comes from the staging folder's content-addressed cache: uploaded once,
+where the driver uploads its 8 MB to every application's folder.
 
 Only for a cluster without Kerberos: on a secure one the driver also gathers the
 delegation tokens the application needs, so yarn_cluster.py still starts it there.
@@ -39,7 +40,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from flinkyarn import hadoop, hdfs
-from yarn_client import shipping, skein_jar
+from yarn_client import shipping, skein_agent
 
 SKEIN_FOLDER = ".skein"
 JAR = ".skein.jar"
@@ -62,7 +63,8 @@ def classpath() -> str:
 
 
 def am_command(app_folder: str, log_level: str) -> str:
-    return ("{{JAVA_HOME}}" + skein_jar.AM_JAVA + f"-Dskein.log.level={log_level} "
+    """The ApplicationMaster's command, as skein's driver writes it with our agent."""
+    return ("{{JAVA_HOME}}/bin/java " + skein_agent.am_java_options() + f" -Dskein.log.level={log_level} "
             f"-Dskein.log.directory=<LOG_DIR> com.anaconda.skein.ApplicationMaster "
             f"{app_folder} ><LOG_DIR>/application.master.log 2>&1")
 

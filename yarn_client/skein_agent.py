@@ -1,98 +1,121 @@
-"""skein's jar, with the YARN application type `flinkyarn` and an ApplicationMaster
-that runs on JDK 17.
+"""flinkyarn's Java agent for skein's JVMs, and the skein driver that runs with it.
 
-skein has no option for either, and both are constants in its Java driver:
-- every application gets the type `skein`; admins filter the YARN UI by type;
-- the ApplicationMaster is started as `java -Xmx128M ...`; on JDK 17 its web UI (the
-  page YARN's tracking URL opens) fails, because its template engine reflects into
-  java.util, which JDK 17 opens only when asked (`--add-opens`); and it writes its
-  hsperfdata file into the node's /tmp (`-XX:-UsePerfData` turns that off).
-So we derive a copy of skein's jar whose driver has those two strings rewritten in its
-constant pool (Utf8 constants: tag 1, a two-byte length, the bytes; nothing in a class
-file refers to constant-pool byte offsets, so changing a length is safe). Nothing else
-changes. The copy is cached beside the user's other caches, keyed by the original's
-digest, and skein is pointed at it before it starts a driver (`use_flinkyarn_jar`).
-The copy also sets each application's attempt-failures validity interval, lets the
-AppMaster give YARN a final tracking URL, lets it ask YARN for containers every
-yarn.heartbeat.interval instead of every 5 s (at once when one is requested, then every
-yarn.heartbeat.container-request-interval until it comes), and lets our AppMaster decide
-which attempt is the last (skein has no option for any of them:
-yarn_client/skein_attempts.py).
+skein (pinned to 0.8.2 in setup.cfg) has no option for several things we need; the
+agent changes its classes as they load, from readable Java in `skein-agent/` beside this
+module (a Maven project: Byte Buddy `Advice` and `MemberSubstitution`, its entry point
+`SkeinAgent`, whose docstring lists every change with the class that makes it):
+- in skein's driver: the YARN application type `flinkyarn` (set, listed and checked;
+  admins filter the YARN UI by type); the ApplicationMaster's JVM started with
+  `am_java_options()` instead of skein's `-Xmx128M` (JDK 17 opens java.util for its web
+  UI's template engine, no hsperfdata file in the node's /tmp, lean flags, and the agent);
+  the attempt-failures validity interval (Flink's
+  yarn.application-attempt-failures-validity-interval);
+- in the ApplicationMaster: its allocate loop's intervals capped by HEARTBEAT_ENV and
+  PENDING_HEARTBEAT_ENV (yarn.heartbeat.interval, yarn.heartbeat.container-request-
+  interval) and woken by a container request; the final tracking URL the AppMaster left
+  in flinkyarn.archive.FINAL_TRACKING_URL_FILE passed on at unregister; and, with FINAL_END_ENV set, the
+  next attempt left to YARN unless the AppMaster left flinkyarn.job_store.FINAL_END_FILE (skein's own count
+  of attempts knows nothing of the validity interval).
+
+The sources ship inside the package, so a client installed with pip builds the jar on
+first use with Maven (`mvn package`, JDK and Maven on the client; integration/bootstrap
+builds it at once), cached in the client's cache under a digest of the sources, so it is
+built once per change. The driver (`client`) gets it as `-javaagent:<jar>=driver`. The
+ApplicationMaster's container gets it localized as AGENT_JAR from the staging folder's
+content-addressed cache (`localized_agent`; uploaded once), and its command names it
+relatively (`am_java_options`): a container never reaches for the client's files. Both
+submit paths (skein's driver on a Kerberos cluster, yarn_client/rest_submit.py else)
+start the ApplicationMaster with `am_java_options()`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import tempfile
-import zipfile
 from pathlib import Path
 
 from flinkyarn import hadoop
-from yarn_client import shipping, skein_attempts
+from yarn_client import shipping
 
 APPLICATION_TYPE = "flinkyarn"
-_SKEIN_AM_JAVA = "/bin/java -Xmx128M "
-# -XX:-UsePerfData: the JVM's hsperfdata file goes to /tmp whatever java.io.tmpdir says,
-# which is outside the container's folders and left behind by a killed AppMaster.
-# skein's JVMs (the client's driver, the ApplicationMaster) mostly wait: lean ones.
-AM_JAVA = (f"/bin/java -Xmx128M {hadoop.LEAN_JVM} --add-opens=java.base/java.util=ALL-UNNAMED "
-           "--add-opens=java.base/java.lang=ALL-UNNAMED ")
-# class file -> the string constants rewritten in it
-_PATCHES = {
-    "com/anaconda/skein/Driver.class": (("skein", APPLICATION_TYPE), (_SKEIN_AM_JAVA, AM_JAVA)),
-    "com/anaconda/skein/Driver$DriverImpl.class": (("skein", APPLICATION_TYPE),),
-}
-_EDITION = "flinkyarn11"  # bump when the patches change, so cached copies are rebuilt
+SOURCES = Path(__file__).parent / "skein-agent"
+# The jar's name in the ApplicationMaster's container (its working folder).
+AGENT_JAR = "flinkyarn-skein-agent.jar"
+# System properties of the driver's JVM, read by the agent (DriverHooks.java).
+VALIDITY_PROPERTY = "flinkyarn.attempt-failures-validity-interval"
+AM_JAVA_PROPERTY = "flinkyarn.skein.am-java-options"
+# The AppMaster container's environment, read by the agent (AllocatorHooks.java,
+# AppMasterHooks.java), beside the files the AppMaster leaves in its working folder
+# (flinkyarn.archive.FINAL_TRACKING_URL_FILE, flinkyarn.job_store.FINAL_END_FILE).
+HEARTBEAT_ENV = "FLINKYARN_YARN_HEARTBEAT_MS"
+PENDING_HEARTBEAT_ENV = "FLINKYARN_YARN_PENDING_HEARTBEAT_MS"
+FINAL_END_ENV = "FLINKYARN_FINAL_END_BY_FILE"
 
 
-def _utf8_constant(text: str) -> bytes:
-    data = text.encode()
-    return b"\x01" + len(data).to_bytes(2, "big") + data
+class AgentBuildError(RuntimeError):
+    """Maven could not build the agent (no JDK or Maven, no network on the first build)."""
 
 
-def patch_class(data: bytes, name: str) -> bytes:
-    """The class file with its string constants rewritten per _PATCHES."""
-    for before, after in _PATCHES[name]:
-        old, new = _utf8_constant(before), _utf8_constant(after)
-        count = data.count(old)
-        if count != 1:
-            raise RuntimeError(f"{name}: expected one {before!r} string constant, found "
-                               f"{count}; this skein version is not supported")
-        data = data.replace(old, new)
-    return data
+def am_java_options() -> str:
+    """The ApplicationMaster JVM's options, on either submit path: skein's heap, lean
+    flags (skein's JVMs mostly wait; -XX:-UsePerfData: the hsperfdata file would go to the
+    node's /tmp whatever java.io.tmpdir says, and stay behind a killed AppMaster), the
+    opens JDK 17 needs for skein's web UI (the page YARN's tracking URL opens), and the
+    agent, localized as AGENT_JAR."""
+    return (f"-Xmx128M {hadoop.LEAN_JVM} --add-opens=java.base/java.util=ALL-UNNAMED "
+            f"--add-opens=java.base/java.lang=ALL-UNNAMED -javaagent:{AGENT_JAR}=appmaster")
 
 
-def patched_jar(original: str, cache: Path) -> Path:
-    digest = hashlib.sha256(Path(original).read_bytes()).hexdigest()[:16]
-    target = cache / f"skein-{digest}-{_EDITION}.jar"
+def sources_digest() -> str:
+    """A digest of the agent's sources (names and contents), which names its jar."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in SOURCES.rglob("*") if p.is_file()
+                       and "target" not in p.relative_to(SOURCES).parts):
+        digest.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def agent_jar(cache: Path | None = None) -> Path:
+    """The agent's jar, built by Maven from SOURCES the first time (in a copy of them:
+    the installed package stays as it is) and cached under the sources' digest.
+    AgentBuildError if Maven fails."""
+    cache = cache or shipping.client_cache()
+    target = cache / f"skein-agent-{sources_digest()}.jar"
     if target.exists():
         return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise AgentBuildError("Maven (mvn) is not on PATH; it builds flinkyarn's agent for "
+                              "skein's JVMs once (Debian package: maven)")
     cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".jar.partial")
-    os.close(fd)
-    with zipfile.ZipFile(original) as source, \
-            zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
-        for entry in source.infolist():
-            data = source.read(entry)
-            if entry.filename in _PATCHES:
-                data = patch_class(data, entry.filename)
-            if entry.filename == "com/anaconda/skein/Driver.class":
-                data = skein_attempts.call_helper(data)
-            if entry.filename == "com/anaconda/skein/ApplicationMaster.class":
-                data = skein_attempts.call_last_attempt_helper(skein_attempts.call_heartbeat_helper(
-                    skein_attempts.call_unregister_helper(data)))
-            if entry.filename == skein_attempts.ALLOCATOR_CLASS:
-                data = skein_attempts.call_sleep_helper(data)
-            if entry.filename == skein_attempts.SERVICE_TRACKER_CLASS:
-                data = skein_attempts.call_request_helper(data)
-            out.writestr(entry, data)
-        out.writestr(skein_attempts.HELPER_FILE, skein_attempts.helper_class())
-        out.writestr(skein_attempts.UNREGISTER_HELPER_FILE, skein_attempts.unregister_helper_class())
-        out.writestr(skein_attempts.HEARTBEAT_HELPER_FILE, skein_attempts.heartbeat_helper_class())
-        out.writestr(skein_attempts.LAST_ATTEMPT_HELPER_FILE, skein_attempts.last_attempt_helper_class())
-    os.replace(tmp, target)
+    with tempfile.TemporaryDirectory(prefix="skein-agent-", dir=cache) as work:
+        project = Path(work) / "skein-agent"
+        shutil.copytree(SOURCES, project, ignore=shutil.ignore_patterns("target"))
+        result = subprocess.run([mvn, "-q", "-B", "package"], cwd=project, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        built = project / "target" / AGENT_JAR
+        if result.returncode != 0 or not built.is_file():
+            raise AgentBuildError("Maven could not build flinkyarn's agent for skein:\n"
+                                  + result.stdout[-3000:])
+        os.replace(built, target)
     return target
+
+
+def skein_jar() -> Path:
+    """skein's own jar, as installed: its driver's and ApplicationMaster's classes."""
+    import skein.core
+
+    return Path(skein.core._SKEIN_JAR)
+
+
+def localized_agent(staging: shipping.Staging) -> shipping.Localized:
+    """The agent jar in the staging folder's cache (uploaded once), localized as
+    AGENT_JAR in the ApplicationMaster's container."""
+    return shipping.cached_copy(staging, agent_jar(), "skein-agent",
+                                "flinkyarn's agent for skein", AGENT_JAR, localize_as="file")
 
 
 def hdfs_site_with(extra: dict[str, str], original: Path, cache: Path) -> Path | None:
@@ -139,38 +162,29 @@ def _client_hdfs_option() -> str:
 
 
 
-def driver_java_options() -> str:
-    """The JVM options of a skein driver started by this client: lean, the Kerberos
-    configuration MIT's tools use (KRB5_CONFIG, which Java does not read), HDFS client
-    settings for quick small writes (hadoop.CLIENT_HDFS), and what the user sets in
-    SKEIN_DRIVER_JAVA_OPTIONS (skein's own variable) after them."""
-    krb5 = (f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}"
-            if os.environ.get("KRB5_CONFIG") else "")
-    return " ".join(filter(None, (hadoop.LEAN_JVM, krb5, _client_hdfs_option(),
-                                  os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", ""))))
+def driver_java_options(attempt_failures_validity_ms: int | None = None) -> list[str]:
+    """The JVM options of a skein driver started by this client: the agent, the options
+    it gives the ApplicationMaster and the validity interval (None, 0: YARN's default,
+    every failure counts); lean; the Kerberos configuration MIT's tools use (KRB5_CONFIG,
+    which Java does not read); HDFS client settings for quick small writes
+    (hadoop.CLIENT_HDFS); and what the user sets in SKEIN_DRIVER_JAVA_OPTIONS (skein's
+    own variable) after them. A list: skein splits a string at spaces, and the
+    ApplicationMaster's options are one argument."""
+    options = [f"-javaagent:{agent_jar()}=driver", f"-D{AM_JAVA_PROPERTY}={am_java_options()}"]
+    if attempt_failures_validity_ms:
+        options.append(f"-D{VALIDITY_PROPERTY}={attempt_failures_validity_ms}")
+    options += hadoop.LEAN_JVM.split()
+    if os.environ.get("KRB5_CONFIG"):
+        options.append(f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}")
+    options += _client_hdfs_option().split()
+    options += os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "").split()
+    return options
 
 
 def client(log=False, attempt_failures_validity_ms: int | None = None):
-    """skein's Client (it starts a driver), with the patched jar and lean JVM options;
-    the applications it submits count AppMaster failures within
-    `attempt_failures_validity_ms` of each other only (None, 0: all; see
-    yarn_client/skein_attempts.py)."""
+    """skein's Client, whose driver runs with the agent (driver_java_options). The
+    ApplicationMaster of an application it submits runs with the agent when the
+    specification localizes AGENT_JAR (localized_agent); without, it is skein's own."""
     import skein
 
-    use_flinkyarn_jar()
-    options = driver_java_options()
-    if attempt_failures_validity_ms:
-        options = f"-D{skein_attempts.PROPERTY}={attempt_failures_validity_ms} {options}"
-    return skein.Client(log=log, java_options=options)
-
-
-def use_flinkyarn_jar() -> str:
-    """Points skein at the patched jar (idempotent); returns its path."""
-    import skein.core
-
-    current = skein.core._SKEIN_JAR
-    if _EDITION in os.path.basename(current):
-        return current
-    path = str(patched_jar(current, shipping.client_cache()))
-    skein.core._SKEIN_JAR = path
-    return path
+    return skein.Client(log=log, java_options=driver_java_options(attempt_failures_validity_ms))

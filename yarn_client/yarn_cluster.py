@@ -40,12 +40,12 @@ from flinkyarn.ids import new_id
 from flinkyarn.jobgraph import JobGraph
 from flinkyarn.rpc.security import (APPMASTER_FILES, CA_FILE, CERT_FILE, FILES, KEY_FILE,
                                      TASKEXECUTOR_DIR, ClusterSecurity)
-from yarn_client import rest_submit, shipping, skein_attempts, skein_jar
+from yarn_client import rest_submit, shipping, skein_agent
 from yarn_client.rest_client import RestClient, RestError
 
 log = logging.getLogger(__name__)
 
-APPLICATION_TYPE = "flinkyarn"
+APPLICATION_TYPE = skein_agent.APPLICATION_TYPE
 REST_ADDRESS_KEY = "flinkyarn.rest_address"
 DASHBOARD_KEY = "flinkyarn.dashboard_url"
 TERMINAL = hadoop.APPLICATION_ENDED  # a YARN application's
@@ -167,7 +167,7 @@ class _StartingDriver:
         log = HOME / "logs" / "skein-driver.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skein-driver")
-        self._future = self._pool.submit(skein_jar.client, str(log),
+        self._future = self._pool.submit(skein_agent.client, str(log),
                                          attempt_failures_validity_ms)
 
     def client(self):
@@ -207,6 +207,7 @@ class _Shipped:
 
     shipment: shipping.Shipment
     jar: shipping.Localized | None    # skein's, for a submission without skein's driver
+    agent: shipping.Localized         # our Java agent for skein's ApplicationMaster
     credentials: str                  # the private folder of the cluster's keys
     uploads: dict[str, Path]          # its files: written already, or with the submission
     keytab: Path | None               # the login keytab, shipped for the AppMaster
@@ -316,8 +317,9 @@ class YarnClusterDescriptor:
         try:
             shipment = shipping.ship(self.conf, staging)
             jar = None if submission.driver is not None else shipping.cached_copy(
-                staging, Path(skein_jar.use_flinkyarn_jar()), "file",
+                staging, skein_agent.skein_jar(), "file",
                 "skein's ApplicationMaster", rest_submit.JAR, localize_as="file")
+            agent = skein_agent.localized_agent(staging)
             ClusterSecurity.generate(submission.work / "security")
             credentials = f"{staging.root}/clusters/{new_id()}"
             submission.credentials = credentials
@@ -332,7 +334,9 @@ class YarnClusterDescriptor:
         except OSError as error:  # HDFS: refused, unreachable, permission denied
             raise YarnDeploymentError(f"cannot ship to {staging.uri(staging.root)}: "
                                       f"{kerberos.first_line(error)}") from None
-        return _Shipped(shipment, jar, credentials, uploads, keytab)
+        except skein_agent.AgentBuildError as error:
+            raise YarnDeploymentError(str(error)) from None
+        return _Shipped(shipment, jar, agent, credentials, uploads, keytab)
 
     def _container_files(self, submission: _Submission, shipped: _Shipped, extras: list[Path],
                          graph: JobGraph | None) -> tuple[dict, dict]:
@@ -351,6 +355,8 @@ class YarnClusterDescriptor:
 
         files = localized(TASKEXECUTOR_STAGED)
         master_files = localized({name: name for name in APPMASTER_FILES})
+        # Its JVM's options name it (skein_agent.am_java_options), on either path.
+        master_files[skein_agent.AGENT_JAR] = shipped.agent.skein_file()
         for role_files, role_shipped in ((files, shipped.shipment.executor_files()),
                                          (master_files, shipped.shipment.master_files())):
             role_files.update({name: f.skein_file() for name, f in role_shipped.items()})
@@ -465,13 +471,13 @@ class YarnClusterDescriptor:
         am_memory, _, _ = containers["AppMaster"]
         te_memory, te_vcores, _ = containers["TaskExecutor"]
         environment = {"PYTHONUNBUFFERED": "1"}
-        # Read by skein's ApplicationMaster, as patched (yarn_client/skein_attempts.py).
+        # Read by the agent in skein's ApplicationMaster (yarn_client/skein_agent.py).
         def millis(option) -> str:
             return str(max(1, round(self.conf.get(option) * 1000)))
-        heartbeat = {skein_attempts.HEARTBEAT_ENV: millis(options.YARN_HEARTBEAT_INTERVAL),
-                     skein_attempts.PENDING_HEARTBEAT_ENV:
+        heartbeat = {skein_agent.HEARTBEAT_ENV: millis(options.YARN_HEARTBEAT_INTERVAL),
+                     skein_agent.PENDING_HEARTBEAT_ENV:
                          millis(options.YARN_CONTAINER_REQUEST_INTERVAL),
-                     skein_attempts.FINAL_END_ENV: "1"}
+                     skein_agent.FINAL_END_ENV: "1"}
         tags = {APPLICATION_TYPE, f"{APPLICATION_TYPE}-{mode}", *self.yarn.tags,
                 *(t for t in self.conf.get(options.YARN_TAGS).split(",") if t)}
         return skein.ApplicationSpec(

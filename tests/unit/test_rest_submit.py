@@ -1,10 +1,11 @@
 """What the REST submit (yarn_client/rest_submit.py) hands YARN for skein's
-ApplicationMaster: the class path skein's driver would give it, and the command the
-patched driver would start it with. The YARN tier submits every application this way."""
+ApplicationMaster: the class path skein's driver would give it, and the command skein's
+driver starts it with under our agent (tests/unit/test_skein_agent.py checks the
+driver's). The YARN tier submits every application this way."""
 
 from __future__ import annotations
 
-from yarn_client import rest_submit, skein_jar
+from yarn_client import rest_submit, skein_agent
 
 
 def site(folder, props: dict[str, str]) -> None:
@@ -25,11 +26,13 @@ def test_the_class_path_is_the_sites_application_class_path_else_yarns_default(
     assert "{{HADOOP_YARN_HOME}}/share/hadoop/yarn/lib/*" in entries
 
 
-def test_the_appmaster_starts_as_the_patched_driver_starts_it():
+def test_the_appmaster_starts_as_the_driver_starts_it_under_our_agent():
     command = rest_submit.am_command("hdfs://nn:8020/user/u/.skein/application_1_0001", "INFO")
-    # The JVM of the patched driver's constant (JDK 17's opens, no hsperfdata in /tmp).
-    assert command.startswith("{{JAVA_HOME}}" + skein_jar.AM_JAVA)
+    # The options the agent gives skein's driver (JDK 17's opens, no hsperfdata in /tmp),
+    # which load the agent from the container's folder.
+    assert command.startswith("{{JAVA_HOME}}/bin/java " + skein_agent.am_java_options() + " ")
     assert "--add-opens=java.base/java.util=ALL-UNNAMED" in command
+    assert f" -javaagent:{skein_agent.AGENT_JAR}=appmaster " in command
     assert command.endswith(" com.anaconda.skein.ApplicationMaster "
                             "hdfs://nn:8020/user/u/.skein/application_1_0001 "
                             "><LOG_DIR>/application.master.log 2>&1")

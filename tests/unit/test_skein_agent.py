@@ -1,14 +1,18 @@
-"""The HDFS client settings skein's driver gets (yarn_client/skein_jar.py): the user's
-hdfs-site.xml completed with what it does not set, never changed where it does."""
+"""flinkyarn's agent for skein's JVMs (yarn_client/skein_agent.py, its Java in
+yarn_client/skein-agent/), as skein 0.8.2's own Driver and ApplicationMaster classes run
+with it in a JDK's JVM against YARN's client classes (the local Hadoop's jars), each of its
+jobs checked by what skein then hands YARN; and the HDFS client settings skein's driver
+gets: the user's hdfs-site.xml completed with what it does not set, never changed where
+it does."""
 
 from __future__ import annotations
 
 from xml.etree import ElementTree
 
-import pytest
 
 from flinkyarn import hadoop
-from yarn_client.skein_jar import hdfs_site_with
+from yarn_client import skein_agent
+from yarn_client.skein_agent import hdfs_site_with
 
 DELAY = "dfs.client.block.write.locateFollowingBlock.initial.delay.ms"
 RETRIES = "dfs.client.block.write.locateFollowingBlock.retries"
@@ -45,265 +49,356 @@ def test_no_hdfs_site_or_an_unreadable_one(tmp_path):
     assert hdfs_site_with(hadoop.CLIENT_HDFS, broken, tmp_path / "cache") is None
 
 
-def test_skeins_driver_calls_our_helper_which_sets_the_validity_interval():
-    """The rewrite of skein's Driver class (yarn_client/skein_attempts.py) on the jar skein
-    ships: one instruction changes, in place, to call a method whose class we add; the
-    rest of the class is untouched. (The YARN tier shows the JVM accepts both: attempts
-    further apart than the interval do not end an application.)"""
-    import struct
-    import zipfile
+def test_skein_is_the_version_the_agent_is_written_for():
+    """The agent changes skein's classes as skein 0.8.2 has them (setup.cfg pins it)."""
+    import importlib.metadata
 
+    assert importlib.metadata.version("skein") == "0.8.2"
+
+
+# ------------------------------------------------------------------ running skein's classes
+
+JAVA_HELPERS = """
+    static java.lang.reflect.Field field(Class<?> type, String name) throws Exception {
+        java.lang.reflect.Field f = type.getDeclaredField(name);
+        f.setAccessible(true);
+        return f;
+    }
+    static Object get(Object o, String name) throws Exception {
+        return field(o.getClass(), name).get(o);
+    }
+    static void set(Object o, String name, Object value) throws Exception {
+        field(o.getClass(), name).set(o, value);
+    }
+    static Object call(Object o, String name, Class<?>[] types, Object... args) throws Exception {
+        java.lang.reflect.Method m = o.getClass().getDeclaredMethod(name, types);
+        m.setAccessible(true);
+        try {
+            return m.invoke(o, args);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            throw (Exception) e.getCause();
+        }
+    }
+    static void say(Object line) {
+        System.out.println("CHECK " + line);
+    }
+"""
+
+
+def run_java(tmp_path, source: str, role: str, *args: str, java_options=(),
+             env: dict[str, str | None] | None = None) -> list[str]:
+    """Runs class Check of `source` with the agent as `role` on skein's jar and the local
+    Hadoop's; the lines it printed with `say`."""
+    import os
+    import subprocess
+
+    import local_hadoop
     import skein.core
 
-    from yarn_client import skein_attempts
-
-    with zipfile.ZipFile(skein.core._SKEIN_JAR) as jar:
-        original = jar.read("com/anaconda/skein/Driver.class")
-        other = jar.read("com/anaconda/skein/Driver$DriverImpl.class")
-    patched = skein_attempts.call_helper(original)
-    entries, count, end = skein_attempts._pool(patched)
-    old_entries, old_count, old_end = skein_attempts._pool(original)
-    assert count == old_count + 6 and {i: entries[i] for i in old_entries} == old_entries
-    method = count - 1
-    assert entries[method][0] == 10  # a Methodref: of the helper's class and method
-    owner, name_and_type = struct.unpack(">HH", entries[method][1])
-    assert entries[struct.unpack(">H", entries[owner][1])[0]][1][2:] == skein_attempts.HELPER.encode()
-    # Past the pool, the class differs in the one call alone: same length, 3 bytes.
-    before, after = original[old_end:], patched[end:]
-    assert len(before) == len(after)
-    differing = [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
-    assert len(differing) <= 3 and after[differing[0]] == 0xB8  # invokestatic
-    assert after[differing[0] + 1:differing[0] + 3] == struct.pack(">H", method)
-
-    helper = skein_attempts.helper_class()
-    assert helper[:4] == b"\xca\xfe\xba\xbe"
-    helper_entries, helper_count, _ = skein_attempts._pool(helper)
-    assert helper_count == 31
-    assert (1, b"\x00" + bytes([len(skein_attempts.PROPERTY)]) + skein_attempts.PROPERTY.encode()) \
-        in helper_entries.values()
-    with pytest.raises(skein_attempts.UnsupportedClass):  # another class: no such call
-        skein_attempts.call_helper(other)
+    (tmp_path / "Check.java").write_text(source.replace("//HELPERS", JAVA_HELPERS))
+    lib = local_hadoop.Layout.default().lib
+    environment = dict(os.environ)
+    for key, value in (env or {}).items():
+        environment.pop(key, None)
+        if value is not None:
+            environment[key] = value
+    command = ["java", f"-javaagent:{skein_agent.agent_jar()}={role}", *java_options,
+               f"-Duser.home={tmp_path}", "-cp", f"{skein.core._SKEIN_JAR}:{lib}/*",
+               "Check.java", *args]
+    result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    # The agent reports a class it could not change on stderr; it must change them all.
+    assert "[Byte Buddy] ERROR" not in result.stderr, result.stderr[-5000:]
+    return [line[len("CHECK "):] for line in result.stdout.splitlines() if line.startswith("CHECK ")]
 
 
-HELPERS_CHECK = """
+DRIVER_CHECK = """
 import java.nio.file.*;
-import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
-import org.apache.hadoop.yarn.client.api.impl.AMRMClientImpl;
+import java.util.*;
+import com.anaconda.skein.*;
+import com.anaconda.skein.shaded.io.grpc.stub.StreamObserver;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.yarn.api.records.*;
+import org.apache.hadoop.yarn.api.protocolrecords.GetNewApplicationResponse;
+import org.apache.hadoop.yarn.client.api.YarnClientApplication;
+import org.apache.hadoop.yarn.client.api.impl.YarnClientImpl;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.util.Records;
 
 public class Check {
+    //HELPERS
+
+    /** YARN, as skein's driver sees it: what it is handed is printed. */
+    static class Yarn extends YarnClientImpl {
+        public YarnClientApplication createApplication() {
+            ApplicationSubmissionContext context = Records.newRecord(ApplicationSubmissionContext.class);
+            context.setApplicationId(ApplicationId.newInstance(1L, 1));
+            return new YarnClientApplication(GetNewApplicationResponse.newInstance(
+                context.getApplicationId(), Resource.newInstance(1024, 1),
+                Resource.newInstance(8192, 8)), context);
+        }
+        public ApplicationId submitApplication(ApplicationSubmissionContext context) {
+            say("type " + context.getApplicationType());
+            say("validity " + context.getAttemptFailuresValidityInterval());
+            say("attempts " + context.getMaxAppAttempts());
+            say("command " + context.getAMContainerSpec().getCommands());
+            say("resources " + new TreeSet<>(context.getAMContainerSpec().getLocalResources().keySet()));
+            return context.getApplicationId();
+        }
+        public List<ApplicationReport> getApplications(Set<String> types,
+                EnumSet<YarnApplicationState> states) {
+            say("listed types " + types);
+            return new ArrayList<>();
+        }
+        public ApplicationReport getApplicationReport(ApplicationId id) {
+            ApplicationReport report = Records.newRecord(ApplicationReport.class);
+            report.setApplicationId(id);
+            report.setApplicationType(System.getProperty("report.type"));
+            return report;
+        }
+    }
+
+    static class Answer implements StreamObserver<Object> {
+        public void onNext(Object value) {}
+        public void onError(Throwable error) { say("refused " + error.getMessage()); }
+        public void onCompleted() {}
+    }
+
+    /** The local filesystem, named with a host, as skein's driver expects of a filesystem
+     * (skein's Utils.equalFs fails on a URI without one). */
+    public static class HostedLocal extends org.apache.hadoop.fs.RawLocalFileSystem {
+        public java.net.URI getUri() { return java.net.URI.create("file://localhost/"); }
+        public String getScheme() { return "file"; }
+        protected void checkPath(org.apache.hadoop.fs.Path path) {}
+    }
+
     public static void main(String[] args) throws Exception {
-        ClassLoader loader = new ClassLoader(Check.class.getClassLoader()) {
-            protected Class<?> findClass(String name) throws ClassNotFoundException {
-                try {
-                    byte[] b = Files.readAllBytes(Paths.get(name.replace('.', '/') + ".class"));
-                    return defineClass(name, b, 0, b.length);
-                } catch (java.io.IOException e) { throw new ClassNotFoundException(name); }
-            }
-        };
-        Class.forName("com.anaconda.skein.FlinkyarnAttempts", true, loader);
-        Class<?> helper = Class.forName("com.anaconda.skein.FlinkyarnUnregister", true, loader);
-        AMRMClientImpl<?> client = new AMRMClientImpl() {
-            public void unregisterApplicationMaster(FinalApplicationStatus status, String message,
-                                                    String url) {
-                System.out.println(status + " " + message + " " + url);
-            }
-        };
-        java.lang.reflect.Method unregister = helper.getMethods()[0];
-        unregister.invoke(null, client, FinalApplicationStatus.SUCCEEDED, "with", null);
-        Files.delete(Paths.get(args[0]));
-        unregister.invoke(null, client, FinalApplicationStatus.FAILED, "without", null);
+        Driver driver = new Driver();
+        YarnConfiguration conf = new YarnConfiguration();
+        conf.setClassLoader(Check.class.getClassLoader());  // the source launcher's
+        conf.set("fs.file.impl", HostedLocal.class.getName());
+        conf.setBoolean("fs.file.impl.disable.cache", true);
+        set(driver, "conf", conf);
+        set(driver, "defaultFileSystem", FileSystem.get(java.net.URI.create("file://localhost/"), conf));
+        set(driver, "defaultYarnClient", new Yarn());
+        set(driver, "classpath", "skein's classpath");
+        set(driver, "jarPath", args[1]);
+        set(driver, "loggedIn", true);
+        set(driver, "certBytes", com.anaconda.skein.shaded.com.google.protobuf.ByteString.copyFromUtf8("certificate"));
+        set(driver, "keyBytes", com.anaconda.skein.shaded.com.google.protobuf.ByteString.copyFromUtf8("key"));
+        // As skein's gRPC submit reads the client's specification.
+        Model.ApplicationSpec spec = MsgUtils.readApplicationSpec(
+            Msg.ApplicationSpec.parseFrom(Files.readAllBytes(Paths.get(args[0]))));
+        driver.submitApplication(spec);
+
+        Class<?> impl = Class.forName("com.anaconda.skein.Driver$DriverImpl");
+        java.lang.reflect.Constructor<?> make = impl.getDeclaredConstructor(Driver.class);
+        make.setAccessible(true);
+        Object service = make.newInstance(driver);
+        call(service, "getApplications",
+             new Class<?>[] {Msg.ApplicationsRequest.class, StreamObserver.class},
+             Msg.ApplicationsRequest.newBuilder().build(), new Answer());
+        Object report = call(service, "getReport",
+             new Class<?>[] {String.class, StreamObserver.class},
+             "application_1_0001", new Answer());
+        say("report " + (report == null ? "refused" : "accepted"));
     }
 }
 """
 
 
-def test_the_helper_classes_pass_the_jvms_verifier_and_the_final_tracking_url_is_read(tmp_path):
-    """Both classes we add to skein's jar, as a JDK 17 JVM loads them with every check on
-    (-Xverify:all), against YARN's real client classes: the unregister helper passes on
-    the URL the AppMaster left in its file, and skein's null when there is none."""
-    import subprocess
-
-    import local_hadoop
-    from yarn_client import skein_attempts
-
-    folder = tmp_path / "com" / "anaconda" / "skein"
-    folder.mkdir(parents=True)
-    (folder / "FlinkyarnAttempts.class").write_bytes(skein_attempts.helper_class())
-    (folder / "FlinkyarnUnregister.class").write_bytes(skein_attempts.unregister_helper_class())
-    (tmp_path / "Check.java").write_text(HELPERS_CHECK)
-    url_file = tmp_path / skein_attempts.FINAL_TRACKING_URL_FILE
-    url_file.write_text("http://history:8082/applications/application_1_0001/\n")
-    lib = local_hadoop.Layout.default().lib
-    result = subprocess.run(["java", "-Xverify:all", "-cp", f"{lib}/*", "Check.java", url_file.name],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines() == [
-        "SUCCEEDED with http://history:8082/applications/application_1_0001/",
-        "FAILED without null"]
-
-
-HEARTBEAT_CHECK = """
-import org.apache.hadoop.yarn.client.api.AMRMClient;
-import org.apache.hadoop.yarn.client.api.impl.AMRMClientImpl;
-import com.anaconda.skein.FlinkyarnHeartbeat;
-
-public class Check {
-    static Thread waiting() throws Exception {
-        Thread thread = new Thread(() -> {
-            try {
-                FlinkyarnHeartbeat.sleep(600000);
-                System.out.println("woken");
-            } catch (Exception e) {  // not declared by the helper: javac would refuse
-                System.out.println(e.getClass().getSimpleName());
-            }
-        });
-        thread.start();
-        while (FlinkyarnHeartbeat.allocator != thread) Thread.sleep(10);
-        return thread;
-    }
-
-    public static void main(String[] args) throws Exception {
-        // skein's heartbeats: idle min(5000, max(0, expiry / 2)), expiry 600000 by
-        // default; pending min(1000, idle).
-        int idle = Math.min(5000, FlinkyarnHeartbeat.max(0, 600000 / 2));
-        long pending = FlinkyarnHeartbeat.min(1000, idle);
-        System.out.println(idle + " " + pending);
-        if (args.length == 0) return;
-        AMRMClientImpl<AMRMClient.ContainerRequest> client =
-            new AMRMClientImpl<AMRMClient.ContainerRequest>() {
-                public void addContainerRequest(AMRMClient.ContainerRequest request) {
-                    System.out.println("request added");
-                }
-            };
-        // The allocator waits 10 min; a container request wakes it.
-        Thread allocator = waiting();
-        FlinkyarnHeartbeat.addContainerRequest(client, null);
-        allocator.join();
-        // Interrupted (skein's shutdown), the wait throws, as Thread.sleep does.
-        allocator = waiting();
-        allocator.interrupt();
-        allocator.join();
-    }
-}
-"""
-
-
-def test_skeins_application_master_takes_its_heartbeats_and_waits_from_our_helper(tmp_path):
-    """The ApplicationMaster's one Math.max and one Math.min(long) call, its allocator's
-    one Thread.sleep and its service tracker's one addContainerRequest go to our helper,
-    in place. The helper, loaded with every check on (-Xverify:all) against YARN's client
-    classes: caps skein's idle interval at the one the AppMaster's environment names
-    (yarn.heartbeat.interval) and its pending one at
-    yarn.heartbeat.container-request-interval, keeping skein's without one or with a
-    garbled one; a container request ends the allocator's wait at once (a test that
-    hangs for 10 minutes when it does not: the subprocess's timeout fails it), and an
-    interrupt ends it with InterruptedException, which is how skein stops its
-    allocator."""
-    import os
-    import subprocess
-
-    import local_hadoop
-    from yarn_client import skein_attempts
-
-    assert 2 <= len(changed_code(skein_attempts.call_heartbeat_helper)) <= 4  # the indices alone
-    assert 1 <= len(changed_code(skein_attempts.call_sleep_helper,
-                                 skein_attempts.ALLOCATOR_CLASS)) <= 2
-    # invokevirtual -> invokestatic, and the index
-    assert 2 <= len(changed_code(skein_attempts.call_request_helper,
-                                 skein_attempts.SERVICE_TRACKER_CLASS)) <= 3
-    folder = tmp_path / "com" / "anaconda" / "skein"
-    folder.mkdir(parents=True)
-    (folder / "FlinkyarnHeartbeat.class").write_bytes(skein_attempts.heartbeat_helper_class())
-    (tmp_path / "Check.java").write_text(HEARTBEAT_CHECK)
-    lib = local_hadoop.Layout.default().lib
-
-    def run(idle: str | None, pending: str | None, *args: str) -> list[str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in (skein_attempts.HEARTBEAT_ENV, skein_attempts.PENDING_HEARTBEAT_ENV)}
-        for key, value in ((skein_attempts.HEARTBEAT_ENV, idle),
-                           (skein_attempts.PENDING_HEARTBEAT_ENV, pending)):
-            if value is not None:
-                env[key] = value
-        result = subprocess.run(["java", "-Xverify:all", "-cp", f".:{lib}/*", "Check.java", *args],
-                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout.split("\n")[:-1]
-
-    assert run("1000", "200") == ["1000 200"]
-    assert run("250", "500") == ["250 250"]  # never above the idle interval
-    assert run(None, None) == ["5000 1000"]
-    assert run("soon", "later") == ["5000 1000"]
-    assert run("1000", "200", "wait") == ["1000 200", "request added", "woken", "InterruptedException"]
-
-
-LAST_ATTEMPT_CHECK = """
-import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
-import org.apache.hadoop.yarn.api.records.ApplicationId;
-
-public class Check {
-    public static void main(String[] args) throws Exception {
-        ApplicationAttemptId id = ApplicationAttemptId.newInstance(ApplicationId.newInstance(1L, 1), 1);
-        System.out.println(com.anaconda.skein.FlinkyarnLastAttempt.getAttemptId(id));
-    }
-}
-"""
-
-
-def test_skeins_application_master_unregisters_when_told_and_else_leaves_the_next_attempt_to_yarn(tmp_path):
-    """The ApplicationMaster's one getAttemptId call (its exit hook: unregister on success
-    or at the last attempt, else let YARN retry) goes to our helper, in place; the helper,
-    loaded with every check on, gives, in our AppMaster, 0 (so skein leaves the next
-    attempt to YARN, which counts with the attempt-failures validity interval), in
-    another skein application the attempt's number (skein's own count), and the
-    largest int (so skein takes the attempt for the last and unregisters) once the
-    AppMaster left its file."""
-    import os
-    import subprocess
-
-    import local_hadoop
-
-    from yarn_client import skein_attempts
-
-    # The opcode (invokevirtual -> invokestatic) and the constant-pool index alone.
-    assert 1 <= len(changed_code(skein_attempts.call_last_attempt_helper)) <= 3
-    folder = tmp_path / "com" / "anaconda" / "skein"
-    folder.mkdir(parents=True)
-    (folder / "FlinkyarnLastAttempt.class").write_bytes(skein_attempts.last_attempt_helper_class())
-    (tmp_path / "Check.java").write_text(LAST_ATTEMPT_CHECK)
-    lib = local_hadoop.Layout.default().lib
-
-    def attempt(ours: bool) -> str:
-        env = {k: v for k, v in os.environ.items() if k != skein_attempts.FINAL_END_ENV}
-        if ours:
-            env[skein_attempts.FINAL_END_ENV] = "1"
-        result = subprocess.run(["java", "-Xverify:all", "-cp", f".:{lib}/*", "Check.java"],
-                                cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=120)
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout.strip()
-
-    # Without the file: in our AppMaster never the last by skein's count (YARN decides);
-    # in another skein application, skein's own count (attempt 1 here).
-    assert attempt(ours=True) == "0"
-    assert attempt(ours=False) == "1"
-    (tmp_path / skein_attempts.FINAL_END_FILE).write_text("FAILED")
-    assert attempt(ours=True) == attempt(ours=False) == str(2**31 - 1)
-
-
-def changed_code(patch, entry: str = "com/anaconda/skein/ApplicationMaster.class") -> list[int]:
-    """The offsets, after the constant pool, where `patch` changed skein's class `entry`
-    (its ApplicationMaster); nothing there moved (the same length)."""
-    import zipfile
-
+def driver_submits(tmp_path, *, with_agent_jar: bool, validity_ms: int | None,
+                   report_type: str = "flinkyarn") -> dict[str, str]:
+    """What skein's driver, with the agent, hands YARN for a specification (and how it
+    lists applications and takes one's report): {what: value}."""
+    import skein
     import skein.core
 
-    from yarn_client import skein_attempts
+    jar = tmp_path / skein_agent.AGENT_JAR
+    jar.write_bytes(b"the agent")
+    files = {skein_agent.AGENT_JAR: str(jar)} if with_agent_jar else {}
+    spec = skein.ApplicationSpec(
+        name="agent check", queue="default", max_attempts=2,
+        master=skein.Master(resources=skein.Resources(memory=256, vcores=1), files=files,
+                            script="echo master"))
+    (tmp_path / "spec.proto").write_bytes(spec.to_protobuf().SerializeToString())
+    options = [f"-D{skein_agent.AM_JAVA_PROPERTY}={skein_agent.am_java_options()}",
+               f"-Dreport.type={report_type}"]
+    if validity_ms is not None:
+        options.append(f"-D{skein_agent.VALIDITY_PROPERTY}={validity_ms}")
+    lines = run_java(tmp_path, DRIVER_CHECK, "driver", "spec.proto", skein.core._SKEIN_JAR,
+                     java_options=options)
+    return dict(line.split(" ", 1) for line in lines)
 
-    with zipfile.ZipFile(skein.core._SKEIN_JAR) as jar:
-        original = jar.read(entry)
-    patched = patch(original)
-    _, _, old_end = skein_attempts._pool(original)
-    _, _, end = skein_attempts._pool(patched)
-    before, after = original[old_end:], patched[end:]
-    assert len(before) == len(after)
-    return [i for i, (a, b) in enumerate(zip(before, after)) if a != b]
+
+def test_skeins_driver_submits_a_flinkyarn_application_whose_appmaster_runs_the_agent(tmp_path):
+    """skein's driver (its submit, as its gRPC service calls it) with the agent: the type
+    is flinkyarn; the ApplicationMaster's JVM starts with am_java_options (JDK 17's opens,
+    no hsperfdata in /tmp, the agent from its container's folder, which the application
+    localizes); the validity interval is the driver's property; the driver lists and
+    accepts applications of type flinkyarn (skein's own refuses any but `skein`)."""
+    submitted = driver_submits(tmp_path, with_agent_jar=True, validity_ms=10000)
+    assert submitted["type"] == "flinkyarn"
+    assert submitted["validity"] == "10000"
+    assert submitted["attempts"] == "2"
+    command = submitted["command"]
+    assert command.startswith("[{{JAVA_HOME}}/bin/java " + skein_agent.am_java_options() + " ")
+    assert "-Xmx128M -Xmx128M" not in command
+    assert f"-javaagent:{skein_agent.AGENT_JAR}=appmaster" in command
+    assert "--add-opens=java.base/java.util=ALL-UNNAMED" in command and "-XX:-UsePerfData" in command
+    assert command.endswith(" com.anaconda.skein.ApplicationMaster "
+                            f"file://localhost{tmp_path}/.skein/application_1_0001 "
+                            "><LOG_DIR>/application.master.log 2>&1]")
+    assert skein_agent.AGENT_JAR in submitted["resources"].strip("[]").split(", ")
+    assert submitted["listed"] == "types [flinkyarn]"
+    assert submitted["report"] == "accepted"
+
+
+def test_without_the_agent_jar_or_a_validity_interval_the_driver_keeps_skeins(tmp_path):
+    """An application that does not localize the agent (another skein application
+    submitted through our driver) starts its ApplicationMaster as skein does; without the
+    property the interval is YARN's default (-1: every failure counts); an application of
+    skein's own type is refused as not ours."""
+    submitted = driver_submits(tmp_path, with_agent_jar=False, validity_ms=None,
+                               report_type="skein")
+    assert submitted["type"] == "flinkyarn"
+    assert submitted["validity"] == "-1"
+    assert submitted["command"].startswith("[{{JAVA_HOME}}/bin/java -Xmx128M -Dskein.log.level=")
+    assert "javaagent" not in submitted["command"]
+    assert submitted["report"] == "refused"
+
+
+APPMASTER_CHECK = """
+import java.util.*;
+import java.util.concurrent.atomic.AtomicInteger;
+import com.anaconda.skein.*;
+import org.apache.hadoop.yarn.api.protocolrecords.AllocateResponse;
+import org.apache.hadoop.yarn.api.records.*;
+import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.impl.AMRMClientImpl;
+
+public class Check {
+    //HELPERS
+
+    /** YARN's ResourceManager, as skein's ApplicationMaster sees it. */
+    static class Yarn extends AMRMClientImpl<ContainerRequest> {
+        final AtomicInteger allocations = new AtomicInteger();
+        public AllocateResponse allocate(float progress) {
+            allocations.incrementAndGet();
+            return AllocateResponse.newInstance(0, new ArrayList<ContainerStatus>(),
+                new ArrayList<Container>(), new ArrayList<NodeReport>(), null, null, 1, null,
+                new ArrayList<NMToken>());
+        }
+        public void addContainerRequest(ContainerRequest request) {
+            say("request added");
+        }
+        public void unregisterApplicationMaster(FinalApplicationStatus status, String message,
+                                                String url) {
+            say("unregistered " + status + " " + url);
+        }
+    }
+
+    static boolean waitFor(java.util.function.BooleanSupplier condition) throws Exception {
+        for (int i = 0; i < 600 && !condition.getAsBoolean(); i++) Thread.sleep(100);
+        return condition.getAsBoolean();
+    }
+
+    public static void main(String[] args) throws Exception {
+        ApplicationMaster master = new ApplicationMaster();
+        Yarn yarn = new Yarn();
+        set(master, "rmClient", yarn);
+        if (args[0].equals("intervals")) {
+            say(get(master, "idleHeartbeat") + " " + get(master, "pendingHeartbeat"));
+        } else if (args[0].equals("allocator")) {
+            // The allocator calls allocate, then waits its idle interval (10 min here).
+            call(master, "startAllocator", new Class<?>[0]);
+            Thread allocator = (Thread) get(master, "allocatorThread");
+            say("waits " + waitFor(() -> yarn.allocations.get() == 1
+                                   && allocator.getState() == Thread.State.TIMED_WAITING));
+            // A service asks for a container: the allocator asks YARN at once.
+            Model.Service service = new Model.Service(1, "", new ArrayList<String>(),
+                new ArrayList<String>(), true, 0, false, Resource.newInstance(256, 1),
+                new HashMap<String, LocalResource>(), new HashMap<String, String>(), "true",
+                new HashSet<String>());
+            Class<?> trackerClass = Class.forName("com.anaconda.skein.ApplicationMaster$ServiceTracker");
+            java.lang.reflect.Constructor<?> make = trackerClass.getDeclaredConstructor(
+                ApplicationMaster.class, String.class, Model.Service.class);
+            make.setAccessible(true);
+            Object tracker = make.newInstance(master, "worker", service);
+            call(tracker, "requestContainer", new Class<?>[] {Model.Container.class},
+                 new Model.Container("worker", 0, Model.Container.State.WAITING,
+                                     new HashMap<String, String>()));
+            say("asked again " + waitFor(() -> yarn.allocations.get() >= 2));
+            // skein stops its allocator with an interrupt, which ends the wait.
+            call(master, "stopAllocator", new Class<?>[0]);
+            allocator.join(60000);
+            say("stopped " + !allocator.isAlive());
+        } else {  // exit <attempt> <max attempts>: the exit hook after a failure
+            Model.ApplicationSpec spec = new Model.ApplicationSpec();
+            spec.setMaxAttempts(Integer.parseInt(args[2]));
+            set(master, "spec", spec);
+            set(master, "containerId", ContainerId.newContainerId(ApplicationAttemptId.newInstance(
+                ApplicationId.newInstance(1L, 1), Integer.parseInt(args[1])), 1L));
+            set(master, "appRegistered", true);
+            set(master, "appFinished", true);
+            set(master, "finalStatus", FinalApplicationStatus.FAILED);
+            call(master, "runOnExit", new Class<?>[0]);
+            say("exited");
+        }
+    }
+}
+"""
+
+
+def appmaster(tmp_path, *args: str, env: dict[str, str | None] | None = None) -> list[str]:
+    """skein's ApplicationMaster, with the agent, in a working folder of its own."""
+    names = (skein_agent.HEARTBEAT_ENV, skein_agent.PENDING_HEARTBEAT_ENV,
+             skein_agent.FINAL_END_ENV)
+    return run_java(tmp_path, APPMASTER_CHECK, "appmaster", *args,
+                    env={**{name: None for name in names}, **(env or {})})
+
+
+def test_the_appmasters_heartbeat_intervals_are_capped_by_its_environment(tmp_path):
+    """skein's intervals between its calls of YARN's allocate (idle: min(5 s, half the AM
+    expiry), pending: min(1 s, idle)) capped by yarn.heartbeat.interval and
+    yarn.heartbeat.container-request-interval from the container's environment, the
+    pending one never above the idle one; skein's own without them or with garbage."""
+    def intervals(idle: str | None, pending: str | None) -> list[str]:
+        return appmaster(tmp_path, "intervals", env={skein_agent.HEARTBEAT_ENV: idle,
+                                                    skein_agent.PENDING_HEARTBEAT_ENV: pending})
+
+    assert intervals("1000", "200") == ["1000 200"]
+    assert intervals("250", "500") == ["250 250"]
+    assert intervals(None, None) == ["5000 1000"]
+    assert intervals("soon", "later") == ["5000 1000"]
+
+
+def test_a_container_request_wakes_the_appmasters_allocator(tmp_path):
+    """skein's real allocator thread waits its idle interval (10 min here) after calling
+    allocate; a service's container request ends the wait, so YARN is asked at once (the
+    check gives up after 60 s and says so), and skein's interrupt still stops it."""
+    lines = appmaster(tmp_path, "allocator", env={skein_agent.HEARTBEAT_ENV: "600000",
+                                                  skein_agent.PENDING_HEARTBEAT_ENV: "600000"})
+    assert lines == ["waits true", "request added", "asked again true", "stopped true"]
+
+
+def test_the_appmaster_unregisters_when_our_appmaster_says_so_with_its_tracking_url(tmp_path):
+    """skein's exit hook unregisters (the application ends, YARN starts no other attempt)
+    on a success or on what skein counts as the last attempt. In our AppMaster
+    (FINAL_END_ENV set) the count is left to YARN, which knows the validity interval: a
+    failure in attempt 2 of 2 does not unregister, unless the AppMaster left its
+    final-end file; then it does, with the final tracking URL the AppMaster left. Another
+    skein application keeps skein's count and its null URL."""
+    from flinkyarn.archive import FINAL_TRACKING_URL_FILE
+    from flinkyarn.job_store import FINAL_END_FILE
+
+    ours = {skein_agent.FINAL_END_ENV: "1"}
+    assert appmaster(tmp_path, "exit", "2", "2", env=ours) == ["exited"]
+    assert appmaster(tmp_path, "exit", "1", "2") == ["exited"]  # skein's: will retry
+    assert appmaster(tmp_path, "exit", "2", "2") == ["unregistered FAILED null", "exited"]
+    (tmp_path / FINAL_END_FILE).write_text("FAILED")
+    (tmp_path / FINAL_TRACKING_URL_FILE).write_text(
+        "http://history:8082/applications/application_1_0001/\n")
+    assert appmaster(tmp_path, "exit", "1", "2", env=ours) == [
+        "unregistered FAILED http://history:8082/applications/application_1_0001/", "exited"]

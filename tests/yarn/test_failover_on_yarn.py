@@ -28,12 +28,9 @@ pytestmark = pytest.mark.usefixtures("hadoop")
 
 
 def containers(app_id: str) -> list:
-    import skein
+    from yarn_client import skein_agent
 
-    from yarn_client.skein_jar import use_flinkyarn_jar
-
-    use_flinkyarn_jar()
-    with skein.Client(log=False) as client:
+    with skein_agent.client(log=False) as client:
         return client.connect(app_id).get_containers(
             ["taskexecutor"], ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"])
 

@@ -124,22 +124,16 @@ def test_requests_yarn_can_never_satisfy_are_refused_at_submit():
 
 
 def running_containers(app_id: str) -> int:
-    import skein
+    from yarn_client import skein_agent
 
-    from yarn_client.skein_jar import use_flinkyarn_jar
-
-    use_flinkyarn_jar()
-    with skein.Client(log=False) as client:
+    with skein_agent.client(log=False) as client:
         return len(client.connect(app_id).get_containers(["taskexecutor"], ["RUNNING"]))
 
 
 def dashboard_target(app_id: str) -> str:
-    import skein
+    from yarn_client import skein_agent
 
-    from yarn_client.skein_jar import use_flinkyarn_jar
-
-    use_flinkyarn_jar()
-    with skein.Client(log=False) as client:
+    with skein_agent.client(log=False) as client:
         return client.connect(app_id).ui.get_pages()["flinkyarn"].target
 
 
@@ -152,16 +146,17 @@ def fill_the_cluster() -> str:
     has left (or more: the rest of its requests wait); returns its id once they do."""
     import skein
 
-    from yarn_client.skein_jar import use_flinkyarn_jar
+    from yarn_client import skein_agent
 
-    use_flinkyarn_jar()
     size = 1024
     spec = skein.ApplicationSpec(
         name="fills the cluster", queue="default", tags=[TAG],
         master=skein.Master(resources=skein.Resources(memory=256, vcores=1)),
         services={"sleep": skein.Service(instances=16, resources=skein.Resources(memory=size, vcores=1),
                                          script="sleep 600")})
-    with skein.Client(log=False) as client:
+    # Of type flinkyarn (the test finds it by type and tag); its ApplicationMaster is
+    # skein's own: the specification does not localize the agent.
+    with skein_agent.client(log=False) as client:
         app_id = client.submit(spec)
 
     def full() -> bool:
