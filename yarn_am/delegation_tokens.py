@@ -9,8 +9,10 @@ HadoopDelegationTokenManager do:
   alone, per-job or session), the AppMaster logs in from it and obtains new HDFS and
   ResourceManager tokens (hadoop_tokens) after `renewal.time-ratio` of the application's
   own tokens' life (YARN renews those up to their maximum lifetime), and again after
-  that share of each new set's validity; each new set is used by the AppMaster, and handed to every
-  TaskExecutor, running or registering later (ResourceManager). A YARN application that
+  that share of each new set's validity, but two minutes before a set's end at the
+  latest (LAST_USABLE_MARGIN_S: hdfs-native drops a token a minute before); each new
+  set is used by the AppMaster, and handed to every TaskExecutor, running or
+  registering later (ResourceManager). A YARN application that
   a task submits (a PySpark script's Spark on YARN) gets a set of its own.
 - Without one, the application lives as long as its tokens: said at start (the client
   prints it for a session), and again when they have run out.
@@ -36,8 +38,22 @@ from yarn_am import hadoop_tokens
 log = logging.getLogger(__name__)
 
 
+# hdfs-native passes over a delegation token in the last 60 s before its maximum date
+# (security/user.rs, get_token) and falls back to Kerberos, which a container has not: a
+# process holding only such a token fails every HDFS call with GSS_S_NO_CRED. New tokens
+# come this long before the old ones' end at the latest, whatever the time ratio says.
+LAST_USABLE_MARGIN_S = 120.0
+
+
 def _when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(epoch))
+
+
+def _due_in(ratio: float, expiry: float) -> float:
+    """Seconds until new tokens are due for ones that end at `expiry`: after `ratio` of
+    what is left of their life, and LAST_USABLE_MARGIN_S before their end at the latest."""
+    left = expiry - time.time()
+    return max(0.0, min(ratio * left, left - LAST_USABLE_MARGIN_S))
 
 
 class DelegationTokenManager:
@@ -66,7 +82,7 @@ class DelegationTokenManager:
         if self.renewing:
             if expiry is None:
                 return await self._renew(hand_over)
-            delay = max(0.0, self.ratio * (expiry - time.time()))
+            delay = _due_in(self.ratio, expiry)
             message = (f"this application's delegation tokens serve until {_when(expiry)}; new "
                        f"ones from the keytab of {self.principal} at {_when(time.time() + delay)}")
             await self._say(Status(True, expiry, message), logging.INFO)
@@ -114,7 +130,7 @@ class DelegationTokenManager:
         tokens, expiry = obtained.tokens, obtained.expires
         kerberos.install_tokens(tokens, self.folder)
         await hand_over(kerberos.write_token_storage(tokens))
-        delay = max(1.0, self.ratio * (expiry - time.time()))
+        delay = max(1.0, _due_in(self.ratio, expiry))
         message = (f"delegation tokens obtained from the keytab of {self.principal} "
                    f"({', '.join(t.kind for t in tokens)}, renewer {obtained.renewer}), "
                    f"valid until {_when(expiry)}; the next at {_when(time.time() + delay)}")

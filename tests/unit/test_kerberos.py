@@ -14,6 +14,7 @@ from flinkyarn import hdfs, kerberos, options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.kerberos import Token, _text, _vint
 from tests.unit.test_hadoop_conf import write
+from yarn_am import delegation_tokens
 from yarn_am.delegation_tokens import DelegationTokenManager
 
 
@@ -155,6 +156,30 @@ def test_with_a_keytab_the_first_round_waits_for_its_share_of_the_yarn_tokens_li
     [status] = published
     assert (status.renewing, status.expires, status.warning) == (True, end / 1000, False)
     assert "new ones from the keytab of alice@EXAMPLE.COM at" in status.message
+
+
+def test_with_a_keytab_new_tokens_come_before_hdfs_native_stops_using_the_old(
+        tmp_path, monkeypatch):
+    """Tokens of a short life (the test cluster's: 4 minutes): the ratio's share would
+    fall into their last minute, where hdfs-native passes over them and a TaskExecutor
+    registering then could not read HDFS (GSS_S_NO_CRED); the round comes before."""
+    write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020",
+                                       "hadoop.security.authentication": "kerberos"})
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    end = int((time.time() + 160) * 1000)
+    yarn_file = tmp_path / "container_tokens"
+    yarn_file.write_bytes(kerberos.write_token_storage([hdfs_token(max_ms=end)]))
+    monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, str(yarn_file))
+    keytab = tmp_path / "alice.keytab"
+    keytab.write_bytes(b"not looked at yet")
+    tokens, _ = manager(tmp_path, {
+        options.SECURITY_KERBEROS_KEYTAB.key: str(keytab),
+        options.SECURITY_KERBEROS_PRINCIPAL.key: "alice@EXAMPLE.COM",
+        options.SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO.key: "0.75"})
+
+    delay = asyncio.run(tokens.start(never))
+    assert 30 < delay <= 160 - delegation_tokens.LAST_USABLE_MARGIN_S  # not 0.75 * 160
+    assert delegation_tokens.LAST_USABLE_MARGIN_S > 60  # hdfs-native's last minute
 
 
 def test_a_failed_round_is_said_and_retried_after_the_backoff(tmp_path, monkeypatch):
