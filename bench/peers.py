@@ -259,12 +259,12 @@ def class_data_archive(env: dict[str, str], shipped: bool = False) -> None:
     """The class-data archive of flinkyarn's local Spark JVMs for `env` (its key depends
     on the environment), or (`shipped`) the one the client ships to YARN for its
     environment, made now if there is none, as the first TaskExecutor or submit would make
-    it in the background (taskexecutor/spark_cds.py): the runs measure the steady state,
+    it in the background (flinkyarn/spark/class_data.py): the runs measure the steady state,
     not the one-time training."""
     environment = "shipping.environment_prefix()" if shipped else ""
-    subprocess.run([sys.executable, "-c", "from taskexecutor import spark_cds; "
+    subprocess.run([sys.executable, "-c", "from flinkyarn.spark import class_data; "
                     "from yarn_client import shipping; "
-                    f"print(spark_cds.ensure_archive({environment}))"],
+                    f"print(class_data.ensure_archive({environment}))"],
                    env=env, cwd=REPO, check=True)
 
 

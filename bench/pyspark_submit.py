@@ -11,7 +11,7 @@ Spark's own example `pi.py 100`, submit to exit, five pairs:
   executors)                                          vs that spark-submit;
 - per-job with -D pyspark.master=local                vs that spark-submit;
 - into a warm session (its TaskExecutor kept, one slot, a warm driver ready: see
-  taskexecutor/warm_drivers.py), -D pyspark.master=local vs that spark-submit;
+  taskexecutor/spark/warm_pool.py), -D pyspark.master=local vs that spark-submit;
 - local target (-t local)                             vs `python pi.py 100`;
 and, as the floor of every path whose JVM starts cold on this machine, `python pi.py 100`
 vs that spark-submit; and, as the floor of any driver at all, warm or not, pi's own Spark
@@ -109,10 +109,10 @@ def main() -> None:
     archive, environment = cache_urls("spark-jars-")[0], cache_urls("environment-")[0]
     # Our drivers' and TaskExecutors' class-data archive, shipped from the first submit
     # on once made: made now (as the first submit would start it, in the background).
-    from taskexecutor import spark_cds
+    from flinkyarn.spark import class_data
     from yarn_client import shipping
 
-    print(f"class-data archive: {spark_cds.ensure_archive(shipping.environment_prefix())}",
+    print(f"class-data archive: {class_data.ensure_archive(shipping.environment_prefix())}",
           file=sys.stderr)
     # spark-submit takes pyspark's own archives from the cache too: it uploads nothing.
     submit_env = dict(os.environ, PYSPARK_ARCHIVES_PATH=",".join(cache_urls("pyspark-lib-")))

@@ -383,7 +383,7 @@ def yarn_list() -> float:
 IMPORTS = {
     "python -c pass": "pass",
     "python: TaskExecutor imports": "import skein, taskexecutor.__main__, taskexecutor.network.flight, "
-                                    "taskexecutor.network.partition, taskexecutor.spark_bridge",
+                                    "taskexecutor.network.partition, taskexecutor.spark.bridge",
     "python: AppMaster imports": "import yarn_am.yarn_entrypoint",
 }
 

@@ -77,7 +77,7 @@ TASK_MANAGER_SPARK_JAVA_OPTIONS = option(
 TASK_MANAGER_SPARK_CDS_DIR = option(
     "taskmanager.spark.cds.dir", STRING, "auto",
     "Where TaskExecutors keep the class-data-sharing archive of their Spark JVM, made once "
-    "per JDK and Spark (taskexecutor/spark_cds.py): its classes load in a fraction of the "
+    "per JDK and Spark (flinkyarn/spark/class_data.py): its classes load in a fraction of the "
     "time. auto: ~/.cache/flinkyarn/spark-cds for local processes and the client, which "
     "makes one for the environment it ships to YARN (in the background the first time) and "
     "ships it from then on; empty: none.")
@@ -316,7 +316,7 @@ PYSPARK_PYTHON_ARCHIVE = option(
     "The archive (hdfs://...#NAME) Spark's executors on YARN unpack for their Python; empty: the TaskExecutors' own environment (the client fills it in).")
 PYSPARK_CLASS_DATA_ARCHIVE = option(
     "pyspark.yarn.class-data-archive", STRING, "",
-    "The class-data archive (hdfs://...) Spark's executors on YARN map, made for the TaskExecutors' environment (taskexecutor/spark_cds.py); empty: the one the client ships, if any, when the executors run that environment (the client fills it in).")
+    "The class-data archive (hdfs://...) Spark's executors on YARN map, made for the TaskExecutors' environment (flinkyarn/spark/class_data.py); empty: the one the client ships, if any, when the executors run that environment (the client fills it in).")
 PYSPARK_PYTHON = option(
     "pyspark.yarn.python", STRING, "",
     "The interpreter of Spark's executors on YARN, inside pyspark.yarn.python-archive (./NAME/bin/python); empty: the TaskExecutors' own (the client fills it in).")

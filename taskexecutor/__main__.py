@@ -37,8 +37,8 @@ def build_environment(resource_id: str, conf: Configuration, security: ClusterSe
     Flight server starts serving."""
     from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
-    from taskexecutor.spark_bridge import SparkSessionProvider
-    from taskexecutor.warm_drivers import WarmDrivers
+    from taskexecutor.spark.bridge import SparkSessionProvider
+    from taskexecutor.spark.warm_pool import WarmDrivers
 
     manager = ResultPartitionManager()
     server = DataServer(manager, security, conf.get(options.TASK_MANAGER_HOST),

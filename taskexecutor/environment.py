@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from flinkyarn.configuration import Configuration
     from taskexecutor.network.flight import DataClientPool, DataServer
     from taskexecutor.network.partition import ResultPartitionManager
-    from taskexecutor.spark_bridge import SparkSessionProvider
-    from taskexecutor.warm_drivers import WarmDrivers
+    from taskexecutor.spark.bridge import SparkSessionProvider
+    from taskexecutor.spark.warm_pool import WarmDrivers
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class TaskEnvironment:
     # submits (the AppMaster's answer; empty where the TaskExecutor's serve). Set by the
     # TaskExecutor once it runs.
     application_tokens: "Callable[[str], bytes] | None" = None
-    # PySpark drivers started before their script (taskexecutor/warm_drivers.py).
+    # PySpark drivers started before their script (taskexecutor/spark/warm_pool.py).
     warm_drivers: "WarmDrivers | None" = None
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ from taskexecutor.network.input_gate import (CheckpointAborted, InputGate, Local
 from taskexecutor.network.partition import ResultPartition, ResultPartitionID
 from taskexecutor.network.partitioner import Partitioner, make_partitioner
 from taskexecutor.network.subpartition import CheckpointBarrier
-from taskexecutor.pyspark_driver import PySparkDriver
+from taskexecutor.spark.script_task import PySparkDriver
 from taskexecutor.task import TaskCancelled, TaskContext, TriggerBarrier
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,9 @@ def _batches(source: SourceOperator, context: StreamOperatorContext) -> Iterable
     """What a source gives: a PySpark script's driver process runs here to its end and
     gives nothing; any other source is read."""
     if isinstance(source, PySparkScript):
-        PySparkDriver(source, context).run()
+        PySparkDriver(source, context).run()  # returns when cancelled, raises when failed
+        if context.is_cancelled():
+            raise TaskCancelled()
         return ()
     return source.read()
 

@@ -35,7 +35,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from flinkyarn.spark import python_daemon
 from tests.waiting import wait_for
+
+# Spark's Python worker daemon of ours: the TaskExecutor's local Spark's, Spark's executors'.
+DAEMON_MODULES = (python_daemon.LOCAL_MODULE, python_daemon.MODULE)
 
 KINDS = ("taskexecutor", "launch-script", "spark-jvm", "spark-daemon", "spark-worker",
          "appmaster", "skein-am")
@@ -206,7 +210,7 @@ def of_kind(app_id: str, kind: str) -> list[Process]:
         return b"-m" in p.argv and b"taskexecutor" in p.argv and not p.in_appmaster
 
     def is_daemon_module(p: Process | None) -> bool:
-        return p is not None and any(b"spark_daemon" in a for a in p.argv)
+        return p is not None and any(a.decode(errors="replace") in DAEMON_MODULES for a in p.argv)
 
     def is_java(p: Process | None) -> bool:
         return p is not None and p.argv[0].endswith(b"java")

@@ -52,7 +52,7 @@ def skein_client(hadoop):
 # and the local Hadoop's daemons, never count.
 
 SESSION_MARK = "FLINKYARN_TEST_SESSION"
-OUR_MODULES = ("yarn_am", "taskexecutor")   # and submodules: -m taskexecutor.pyspark_launcher
+OUR_MODULES = ("yarn_am", "taskexecutor")   # and submodules: -m taskexecutor.spark.driver
 SPARK_JVM = "org.apache.spark."             # the main class of a JVM that pyspark starts
 REAPER = "taskexecutor.reaper"              # python -m taskexecutor.reaper GRACE
 CLUSTER_TIERS = ("tests/yarn/", "tests/yarn_secure/")  # integration/run-tests: the rest beside

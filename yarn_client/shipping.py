@@ -10,7 +10,7 @@ gets there: only through YARN localization, from the cluster's default filesyste
   points into the client's checkout, which no node has; and changing our code must not
   repack a gigabyte of pyspark.
 - The class-data archive of the TaskExecutors' Spark JVM for that environment
-  (taskexecutor/spark_cds.py), made on this machine in the background the first time,
+  (flinkyarn/spark/class_data.py), made on this machine in the background the first time,
   then uploaded once into the cache like the environment and localized as a file.
 - The user's files (`--py-files`, `--files`) go through skein, per application.
 - The cluster's credentials, under `<staging>/clusters/<cluster id>/` (mode 0700), so
@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Callable
 
 from flinkyarn import hadoop, hdfs, options, runtime_check
 from flinkyarn.configuration import ConfigOption, Configuration
-from taskexecutor import spark_daemon
-from taskexecutor.spark_cds import PORTABLE_PREFIX, SparkClassData
+from flinkyarn.spark import python_daemon
+from flinkyarn.spark.class_data import PORTABLE_PREFIX, SparkClassData
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -453,7 +453,7 @@ def ship(conf: Configuration, staging: Staging) -> Shipment:
 
 def _spark_class_data(conf: Configuration, staging: Staging, prefix: Path) -> Localized | None:
     """The class-data archive of the TaskExecutors' Spark JVM for the shipped environment
-    (taskexecutor/spark_cds.py), uploaded to the cache once; none the first time, when
+    (flinkyarn/spark/class_data.py), uploaded to the cache once; none the first time, when
     this machine starts making it in the background for the next submits."""
     data = SparkClassData.portable(conf, prefix)
     if data is None:
@@ -468,7 +468,7 @@ def _spark_class_data(conf: Configuration, staging: Staging, prefix: Path) -> Lo
             staging.say(f"  Spark class-data archive: cannot make one in {data.folder}: {error}")
         return None
     with contextlib.suppress(OSError):
-        os.utime(data.archive)  # in use (spark_cds.remove_unused)
+        os.utime(data.archive)  # in use (class_data.remove_unused)
     return staging.ensure(data.archive.name, lambda folder: data.archive,
                           "Spark class-data archive", data.archive.name, "file")
 
@@ -589,13 +589,13 @@ def pack_spark_jars(jars: Path, output: Path) -> Path:
 
 
 def pack_spark_daemon(output: Path) -> Path:
-    """A zip of taskexecutor/spark_daemon.py as spark_daemon.FILE_NAME, the same bytes
-    for the same module (its time fixed): cached once."""
+    """A zip of our Spark Python worker daemon's source as python_daemon.FILE_NAME, the
+    same bytes for the same module (its time fixed): cached once."""
     import zipfile
 
     with zipfile.ZipFile(output, "w") as archive:
-        archive.writestr(zipfile.ZipInfo(spark_daemon.FILE_NAME, date_time=(2020, 1, 1, 0, 0, 0)),
-                         Path(spark_daemon.__file__).read_bytes())
+        archive.writestr(zipfile.ZipInfo(python_daemon.FILE_NAME, date_time=(2020, 1, 1, 0, 0, 0)),
+                         python_daemon.source().read_bytes())
     return output
 
 
@@ -641,7 +641,7 @@ def ship_pyspark(staging: Staging, files: list[Path], archives: list[str],
             shipment.environment["PYSPARK_ARCHIVES_PATH"] = ",".join([
                 *(_cached_file(staging, zipped, "pyspark archive", "pyspark-lib")
                   for zipped in python_lib),
-                _cached_file(staging, daemon, "Python worker daemon", spark_daemon.CACHE_KIND)])
+                _cached_file(staging, daemon, "Python worker daemon", python_daemon.CACHE_KIND)])
     for path in files:
         if path.is_dir():
             raise ShippingError(f"--files: {path} is a folder; pack it and pass it with "

@@ -14,7 +14,7 @@ Nothing of the TaskExecutor's process is touched, so any number of scripts run s
 side in one TaskExecutor. What the driver prints streams back to the JobMaster (and from
 there to an attached client) and into the TaskExecutor's container log. This module only
 says what to run: the TaskExecutor's StreamTask recognises a PySparkScript at the head
-of its chain and runs the driver process itself (taskexecutor/pyspark_driver.py).
+of its chain and runs the driver process itself (taskexecutor/spark/script_task.py).
 
 The script's text travels in the job graph, so a script on the client's disk needs no
 shipping.

@@ -36,7 +36,7 @@ Cancellation. The Spark jobs started in `finish()` carry a job tag of this subta
 watcher thread cancels them when the task is cancelled, so `finish()` returns promptly
 with Spark's cancellation error (`spark_job_tag`).
 
-The session itself is the TaskExecutor's (taskexecutor/spark_bridge.py); the stage only
+The session itself is the TaskExecutor's (taskexecutor/spark/bridge.py); the stage only
 asks its OperatorContext for it.
 """
 

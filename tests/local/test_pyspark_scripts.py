@@ -197,7 +197,7 @@ def test_two_scripts_side_by_side_exit_status_and_cancel(tmp_path):
         wait_for(lambda: processes_mentioning("slow.py") == [], timeout=10,
                  what="no driver left")
         # The class-data trainer a TaskExecutor may start on a fresh machine
-        # (taskexecutor/spark_cds.py) is a SparkSubmit of its own, meant to outlive it.
+        # (taskexecutor/spark/class_data_trainer.py) is a SparkSubmit of its own, meant to outlive it.
         assert [line for line in processes_mentioning("org.apache.spark.deploy.SparkSubmit")
                 if "-XX:ArchiveClassesAtExit" not in line] == []
 
@@ -271,10 +271,10 @@ def test_a_scripts_driver_maps_this_machines_class_data_archive(tmp_path):
     """The driver's JVM has the TaskExecutor's Spark home, so it maps the TaskExecutor's
     class-data archive (made here first if there is none; its memory map says it maps
     it, beside the JDK's own). Its Python workers import pyspark from the installed
-    package, compiled, not from Spark's pyspark.zip (taskexecutor/spark_daemon.py)."""
+    package, compiled, not from Spark's pyspark.zip (taskexecutor/spark/daemon.py)."""
     env = environment(tmp_path)
     archive = subprocess.run(
-        [sys.executable, "-c", "from taskexecutor import spark_cds; print(spark_cds.ensure_archive())"],
+        [sys.executable, "-c", "from flinkyarn.spark import class_data; print(class_data.ensure_archive())"],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=True).stdout.strip()
     script = tmp_path / "maps.py"
     script.write_text(MAPS)
@@ -309,7 +309,7 @@ RACING_DRIVER = r"""
 import sys
 from py4j.protocol import Py4JJavaError
 from pyspark import SparkConf, SparkContext
-from taskexecutor import pyspark_launcher
+from taskexecutor.spark import driver
 
 lost = iter(sys.argv[1:])  # what each JVM context start throws first, then real starts
 real = SparkContext._initialize_context
@@ -327,7 +327,7 @@ def initialize(self, jconf):
     return real(self, jconf)
 
 SparkContext._initialize_context = initialize
-pyspark_launcher.survive_ui_race(attempts=3)
+driver.survive_ui_race(attempts=3)
 try:
     sc = SparkContext(conf=SparkConf().setMaster("local[1]").setAppName("race"))
 except Py4JJavaError as error:
@@ -392,7 +392,7 @@ def test_a_driver_whose_script_stopped_its_context_ends_its_jvm_with_it(tmp_path
         out, err = tmp_path / f"{how}.out", tmp_path / f"{how}.err"
         with open(out, "w") as stdout, open(err, "w") as stderr:
             code = subprocess.Popen(
-                [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
+                [sys.executable, "-m", "taskexecutor.spark.driver", str(os.getpid()),
                  str(script), how], cwd=REPO, stdout=stdout, stderr=stderr,
                 env={**os.environ, "PYTHONPATH": str(REPO)}).wait(timeout=180)
         assert code == 0, err.read_text()[-3000:]

@@ -1,7 +1,7 @@
 """The PySpark bridge with a real local Spark: the TaskExecutor's shared session, Spark
 stages and unmodified PySpark scripts. One session serves the whole module (Spark takes
 ~10 s to start). It maps this machine's class-data archive for the Spark JVM (made first
-if there is none, as a TaskExecutor's trainer makes it: taskexecutor/spark_cds.py) with
+if there is none, as a TaskExecutor's trainer makes it: taskexecutor/spark/class_data_trainer.py) with
 -Xshare:on, so the session does not start unless the JVM takes the archive."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import pytest
 
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.pipeline.spark_stage import SparkStage
-from taskexecutor.spark_bridge import MIB, GatewayPopen, SparkMemoryBudget, SparkSessionProvider
-from taskexecutor.spark_cds import SparkClassData
+from taskexecutor.spark.bridge import MIB, GatewayPopen, SparkMemoryBudget, SparkSessionProvider
+from flinkyarn.spark import python_daemon
+from flinkyarn.spark.class_data import SparkClassData
 from tests.local.conftest import children, cmdline
 from tests.waiting import wait_for
 
@@ -341,7 +342,7 @@ def test_a_killed_spark_jvm_is_reaped_and_the_next_stage_runs_on_a_new_one(provi
 def test_a_killed_spark_python_daemon_is_spark_s_to_start_again(provider, tmp_path):
     assert doubled(provider, tmp_path, "before") == DOUBLED
     jvm = provider.jvm_pid()
-    daemons = [pid for pid in children(jvm) if b"spark_daemon" in cmdline(pid)]
+    daemons = [pid for pid in children(jvm) if python_daemon.LOCAL_MODULE.encode() in cmdline(pid)]
     assert daemons, "the stage's UDF runs in a worker of Spark's Python daemon"
     for daemon in daemons:
         os.kill(daemon, signal.SIGKILL)

@@ -1,6 +1,6 @@
 import pytest
 
-from taskexecutor import spark_cds
+from flinkyarn.spark import class_data
 
 
 @pytest.fixture
@@ -14,7 +14,7 @@ def spark_home(monkeypatch, tmp_path):
     java.parent.mkdir(parents=True)
     java.write_text("#!/bin/sh\n")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
-    for name in spark_cds.CLASS_PATH_ENVIRONMENT:
+    for name in class_data.CLASS_PATH_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SPARK_HOME", str(home))
     return home
@@ -22,8 +22,8 @@ def spark_home(monkeypatch, tmp_path):
 
 @pytest.fixture(autouse=True)
 def no_trainers(request, monkeypatch):
-    """No unit test but those of spark_cds itself starts a trainer of the Spark JVM's
+    """No unit test but those of the class-data archive itself starts a trainer of the Spark JVM's
     class-data archive (a JVM for a minute) by asking for its options."""
     if request.module.__name__.endswith("test_spark_cds"):
         return
-    monkeypatch.setattr(spark_cds.SparkClassData, "train_in_background", lambda self: False)
+    monkeypatch.setattr(class_data.SparkClassData, "train_in_background", lambda self: False)

@@ -16,9 +16,9 @@ from flinkyarn import hadoop, retry
 from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
-from taskexecutor import pyspark_launcher
-from taskexecutor.spark_cds import SparkClassData
-from taskexecutor.pyspark_driver import (PySparkDriver, driver_conf, last_traceback,
+from flinkyarn.spark.class_data import SparkClassData
+from taskexecutor.spark import driver
+from taskexecutor.spark.script_task import (PySparkDriver, driver_conf, last_traceback,
                                           log4j2_properties, proxied, submit_args)
 from yarn_am.jobmaster.job_output import JobOutput
 from yarn_client.executors import OutputPrinter
@@ -154,14 +154,14 @@ def test_a_driver_maps_the_taskexecutors_class_data_archive(tmp_path, monkeypatc
     an `environment` link in the driver's working folder; the user's class path follows
     ours; none where the user's files take the name. Outside a container, this machine's,
     whose class path is the Spark home's, as the TaskExecutor's."""
-    from taskexecutor import spark_cds
+    from flinkyarn.spark import class_data
     from tests.unit.test_spark_cds import environment
 
     container, work = tmp_path / "container", tmp_path / "container" / "task"
     work.mkdir(parents=True)
     environment(container / "environment")
     monkeypatch.chdir(container)
-    key = spark_cds.portable_key(Path("environment"))
+    key = class_data.portable_key(Path("environment"))
     (container / f"spark-{key}.jsa").write_bytes(b"archive")
     settings = PySparkSettings(master="local", spark_conf={"spark.driver.extraClassPath": "my.jar"})
 
@@ -198,7 +198,7 @@ def test_spark_executors_map_the_archive_beside_the_same_environment(tmp_path, m
     """On YARN, Spark's executors get the archive the TaskExecutor maps (localized beside
     their `environment`, its jars named alike, the user's settings after ours), and only
     when they run that environment."""
-    from taskexecutor import spark_cds
+    from flinkyarn.spark import class_data
     from tests.unit.test_spark_cds import environment
 
     (tmp_path / "conf").mkdir()
@@ -207,7 +207,7 @@ def test_spark_executors_map_the_archive_beside_the_same_environment(tmp_path, m
     environment(tmp_path / "environment")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000002")
-    name = f"spark-{spark_cds.portable_key(Path('environment'))}.jsa"
+    name = f"spark-{class_data.portable_key(Path('environment'))}.jsa"
     (tmp_path / name).write_bytes(b"archive")
     uri = f"hdfs://nn/user/u/.flinkyarn/cache/{name}"
 
@@ -257,7 +257,7 @@ def test_the_launcher_guards_only_drivers_on_yarn_against_sparks_ui_race(master,
     """The driver's PYSPARK_SUBMIT_ARGS tell the launcher whether Spark's YARN AM will
     race the UI (tests/local/test_pyspark_scripts.py has the race itself)."""
     args = submit_args(Configuration({}), PySparkSettings(master=master), {"spark.app.name": "yarn"})
-    assert pyspark_launcher.on_yarn(args) is on_yarn
+    assert driver.on_yarn(args) is on_yarn
 
 
 def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkeypatch):
@@ -274,7 +274,7 @@ def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkey
 
     for server_class in (accumulators.AccumulatorTCPServer, accumulators.AccumulatorUnixServer):
         monkeypatch.setattr(server_class, "shutdown", server_class.shutdown)  # restored after
-    pyspark_launcher.stop_without_waiting()
+    driver.stop_without_waiting()
     server = accumulators.AccumulatorTCPServer(("localhost", 0), accumulators.UpdateRequestHandler,
                                                "token")
     serving = threading.Thread(target=server.serve_forever, daemon=True)
@@ -312,7 +312,7 @@ def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkey
 
 
 def test_the_worker_daemon_takes_sparks_zips_off_the_path_only_for_the_same_pyspark(tmp_path):
-    """taskexecutor/spark_daemon.py, in a Python started as Spark starts its daemon
+    """taskexecutor/spark/daemon.py, in a Python started as Spark starts its daemon
     (Spark's zips first on PYTHONPATH): pyspark then comes from the installed package;
     a zip of another version (here a made one) stays, and pyspark comes from it."""
     import pyspark
@@ -320,7 +320,7 @@ def test_the_worker_daemon_takes_sparks_zips_off_the_path_only_for_the_same_pysp
 
     lib = Path(pyspark.__file__).parent / "python" / "lib"
     zips = [str(lib / "pyspark.zip"), *map(str, lib.glob("py4j-*-src.zip"))]
-    probe = ("from taskexecutor.spark_daemon import drop_spark_zips\n"
+    probe = ("from taskexecutor.spark.daemon import drop_spark_zips\n"
              "dropped = drop_spark_zips()\n"
              "import pyspark, py4j\n"
              "print(len(dropped), '.zip' in pyspark.__file__, '.zip' in py4j.__file__)\n")

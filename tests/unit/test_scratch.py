@@ -13,7 +13,7 @@ import pytest
 
 from flinkyarn.configuration import Configuration
 from flinkyarn.scratch import ProcessScratch, process_scratch, scratch_roots
-from taskexecutor.spark_bridge import SparkSessionProvider
+from taskexecutor.spark.bridge import SparkSessionProvider
 
 YARN = {"LOCAL_DIRS": "/data1/yarn/appcache/app_1,/data2/yarn/appcache/app_1"}
 

@@ -1,6 +1,7 @@
-"""The class-data archive of the Spark JVM (taskexecutor/spark_cds.py): where it lives,
-what names it, one trainer at a time. The archive a real trainer makes, and a JVM that
-maps it, are in tests/local/test_spark_bridge.py."""
+"""The class-data archive of the Spark JVM (flinkyarn/spark/class_data.py): where it
+lives, what names it, one trainer at a time (taskexecutor/spark/class_data_trainer.py).
+The archive a real trainer makes, and a JVM that maps it, are in
+tests/local/test_spark_bridge.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from flinkyarn.configuration import Configuration
-from taskexecutor import spark_cds
-from taskexecutor.spark_cds import SparkClassData, archive_dir, archive_key
+from flinkyarn.spark import class_data
+from flinkyarn.spark.class_data import SparkClassData, archive_dir, archive_key
+from taskexecutor.spark import class_data_trainer
 
 
 def test_auto_is_the_users_cache_for_a_process_and_the_shipped_one_in_a_yarn_container(monkeypatch, tmp_path):
@@ -37,7 +39,7 @@ def test_without_spark_home_the_installed_pyspark_is_found_without_importing_it(
 
     monkeypatch.delenv("SPARK_HOME", raising=False)
     monkeypatch.delitem(sys.modules, "pyspark")
-    assert spark_cds.spark_home() == Path(pyspark.__file__).parent
+    assert class_data.spark_home() == Path(pyspark.__file__).parent
     assert "pyspark" not in sys.modules
 
 
@@ -81,7 +83,7 @@ class Trainers:
 @pytest.fixture
 def trainers(monkeypatch):
     recorded = Trainers()
-    monkeypatch.setattr(spark_cds.subprocess, "Popen", recorded)
+    monkeypatch.setattr(class_data.subprocess, "Popen", recorded)
     return recorded
 
 
@@ -136,7 +138,7 @@ def test_a_mapped_archive_is_touched_and_ones_unused_for_a_month_are_removed(tmp
         data.archive.with_suffix(".log").write_text("written")
         os.utime(data.archive, (0, 0))
     used.java_options()  # a JVM maps it: touched
-    assert spark_cds.remove_unused(tmp_path) == [unused.archive]
+    assert class_data.remove_unused(tmp_path) == [unused.archive]
     assert used.archive.exists() and used.archive.with_suffix(".log").exists()
     assert not unused.archive.exists() and not unused.archive.with_suffix(".log").exists()
 
@@ -169,10 +171,10 @@ def test_the_portable_key_is_the_clients_and_the_containers_and_names_jars_throu
     container = tmp_path / "container"
     container.mkdir()
     shutil.copytree(client, container / "environment")  # keeps the times, as tar does
-    key = spark_cds.portable_key(client)
+    key = class_data.portable_key(client)
     assert key is not None and key.startswith("portable-")
     monkeypatch.chdir(container)
-    assert spark_cds.portable_key(Path("environment")) == key
+    assert class_data.portable_key(Path("environment")) == key
     site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     assert SparkClassData(tmp_path, key, client).class_path == [
         f"environment/{site}/pyspark/jars/spark-core.jar",
@@ -180,8 +182,8 @@ def test_the_portable_key_is_the_clients_and_the_containers_and_names_jars_throu
     # The JVM checks each jar's size and time: another time is another key.
     jar = container / "environment" / site / "pyspark/jars/spark-sql.jar"
     os.utime(jar, (1_700_000_001, 1_700_000_001))
-    assert spark_cds.portable_key(Path("environment")) != key
-    assert spark_cds.portable_key(tmp_path / "no-pyspark") is None
+    assert class_data.portable_key(Path("environment")) != key
+    assert class_data.portable_key(tmp_path / "no-pyspark") is None
 
 
 def test_a_container_maps_the_archive_shipped_for_its_key_and_makes_none(spark_home, tmp_path, monkeypatch, trainers):
@@ -190,7 +192,7 @@ def test_a_container_maps_the_archive_shipped_for_its_key_and_makes_none(spark_h
     environment(tmp_path / "environment")
     conf = Configuration()
     assert SparkClassData.from_configuration(conf) is None, "nothing shipped"
-    key = spark_cds.portable_key(Path("environment"))
+    key = class_data.portable_key(Path("environment"))
     (tmp_path / f"spark-{key}.jsa").write_bytes(b"archive")
     data = SparkClassData.from_configuration(conf)
     assert data is not None and data.archive == tmp_path / f"spark-{key}.jsa"
@@ -244,8 +246,6 @@ def test_a_trainer_keeps_its_temporary_files_in_its_own_folder(tmp_path, monkeyp
     trainer whose starter had ended waited for it for ever (2 h on this machine)."""
     import tempfile
 
-    from taskexecutor import spark_bridge
-
     gone = tmp_path / "taskexecutor-scratch"  # removed with its TaskExecutor
     monkeypatch.setenv("TMPDIR", str(gone))
     monkeypatch.setattr(tempfile, "tempdir", None)
@@ -259,11 +259,11 @@ def test_a_trainer_keeps_its_temporary_files_in_its_own_folder(tmp_path, monkeyp
             seen["TMPDIR"], seen["python"] = os.environ["TMPDIR"], tempfile.gettempdir()
             raise RuntimeError("stop here")
 
-    monkeypatch.setattr(spark_bridge, "SparkSessionProvider", Provider)
+    monkeypatch.setattr(class_data_trainer, "SparkSessionProvider", Provider)
     archive = tmp_path / "cds" / "spark-key.jsa"
     archive.parent.mkdir()
     with pytest.raises(RuntimeError, match="stop here"):
-        spark_cds.train(archive)
+        class_data_trainer.train(archive)
     work = Path(seen["TMPDIR"])
     assert seen["python"] == str(work) and work.parent.parent == archive.parent
     assert not gone.exists()

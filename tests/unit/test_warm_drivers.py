@@ -1,4 +1,4 @@
-"""The bookkeeping of a TaskExecutor's warm PySpark drivers (taskexecutor/warm_drivers.py)
+"""The bookkeeping of a TaskExecutor's warm PySpark drivers (taskexecutor/spark/warm_pool.py)
 with a stand-in process for the driver (the real one, pyspark's JVM and all, runs in
 tests/yarn/test_pyspark_on_yarn.py): none before a script wanted one, never more than
 free slots, handed only to a script launched alike, ended when a slot's memory is
@@ -13,9 +13,9 @@ import pytest
 
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkSettings
-from taskexecutor import warm_drivers
-from taskexecutor.pyspark_driver import driver_conf, driver_environment
-from taskexecutor.warm_drivers import WarmDrivers
+from taskexecutor.spark import warm_pool
+from taskexecutor.spark.script_task import driver_conf, driver_environment
+from taskexecutor.spark.warm_pool import WarmDrivers
 from tests.waiting import wait_for
 
 WAITS = [sys.executable, "-c", "import sys; sys.stdin.readline()"]
@@ -23,7 +23,7 @@ WAITS = [sys.executable, "-c", "import sys; sys.stdin.readline()"]
 
 @pytest.fixture
 def pool(tmp_path, monkeypatch):
-    monkeypatch.setattr(warm_drivers, "REPLENISH_DELAY", 0.0)
+    monkeypatch.setattr(warm_pool, "REPLENISH_DELAY", 0.0)
     drivers = WarmDrivers(Configuration({}), tmp_path / "scratch")
     drivers.command = WAITS
     yield drivers

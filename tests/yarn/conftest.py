@@ -1,7 +1,7 @@
 import pytest
 
 from flinkyarn.configuration import Configuration
-from taskexecutor.spark_cds import SparkClassData
+from flinkyarn.spark.class_data import SparkClassData
 from yarn_client import shipping
 
 

@@ -209,9 +209,9 @@ def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop, class_data, 
     say so, beside the JDK's own). Spark's dynamic allocation (the default, here from one
     executor) has no task waiting once the SparkContext started: the YARN AM's
     registration, which resets it, no longer makes the first stage ask for more
-    executors at once (pyspark_launcher.backlog_timer_from_the_first_stage). The
+    executors at once (taskexecutor/spark/driver.py: backlog_timer_from_the_first_stage). The
     executor's Python workers import pyspark compiled, from the environment they run, not
-    from pyspark's zips (taskexecutor/spark_daemon.py, shipped through the cache)."""
+    from pyspark's zips (taskexecutor/spark/daemon.py, shipped through the cache)."""
     script = tmp_path / "maps.py"
     script.write_text(MAPS)
     result = flinkyarn("run", "-t", "yarn-per-job", *FAST, "--tags", TAG, "--pyspark",
@@ -349,10 +349,10 @@ def test_a_driver_lost_with_its_taskexecutor_takes_its_spark_application_along(s
     client = attached(session, tmp_path / "orphan.py")
     try:
         _, spark_app = running_spark_application(session, "orphan.py")
-        # The driver: python -m taskexecutor.pyspark_launcher TASKEXECUTOR_PID SCRIPT
-        [driver] = [p for p in processes_mentioning("pyspark_launcher", containers=True) if "orphan.py" in p]
+        # The driver: python -m taskexecutor.spark.driver TASKEXECUTOR_PID SCRIPT
+        [driver] = [p for p in processes_mentioning("taskexecutor.spark.driver", containers=True) if "orphan.py" in p]
         words = driver.split()
-        task_executor = int(words[words.index("taskexecutor.pyspark_launcher") + 1])
+        task_executor = int(words[words.index("taskexecutor.spark.driver") + 1])
         os.killpg(int(driver.split(":")[0]), signal.SIGKILL)  # the driver leads its group
         os.kill(task_executor, signal.SIGKILL)
         out, err = client.communicate(timeout=180)
@@ -380,10 +380,9 @@ sc.stop()
 
 
 def warm_drivers() -> set[int]:
-    """Process ids of the warm drivers (python -m taskexecutor.pyspark_launcher PID --warm)."""
+    """Process ids of the warm drivers (python -m taskexecutor.spark.warm_driver PID)."""
     return {int(p.split(":")[0])
-            for p in processes_mentioning("taskexecutor.pyspark_launcher", containers=True)
-            if p.split()[-1] == "--warm"}
+            for p in processes_mentioning("taskexecutor.spark.warm_driver", containers=True)}
 
 
 def test_local_scripts_run_in_warm_drivers_as_in_drivers_of_their_own(hadoop, tmp_path):

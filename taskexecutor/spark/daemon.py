@@ -1,7 +1,7 @@
-"""PySpark's Python worker daemon, importing pyspark from the installed package rather
-than from Spark's zips (spark.python.daemon.module of local-mode Spark: scripts with
-pyspark.master=local, the TaskExecutor's own session, and Spark's executors on YARN,
-which get it as FILE_NAME in a zip of the cache, on PYSPARK_ARCHIVES_PATH).
+"""The process of PySpark's Python worker daemon, importing pyspark from the installed
+package rather than from Spark's zips (spark.python.daemon.module of local-mode Spark:
+scripts with pyspark.master=local, the TaskExecutor's own session; and of Spark's
+executors on YARN, which get this file in a zip of the cache: flinkyarn/spark/python_daemon.py).
 
 Spark starts each SparkContext's (each executor's) Python workers through a daemon,
 `python -m pyspark.daemon pyspark.worker`, with `$SPARK_HOME/python/lib/pyspark.zip` and
@@ -28,13 +28,6 @@ import runpy
 import sys
 import zipfile
 import zipimport
-
-# Its name in the zip Spark's executors on YARN get (spark.python.daemon.module there),
-# and that zip's kind in the client's cache (yarn_client/shipping.py).
-MODULE = "flinkyarn_spark_daemon"
-FILE_NAME = f"{MODULE}.py"
-CACHE_KIND = "flinkyarn-spark-daemon"
-
 
 def _spark_zip(path: str) -> tuple[str, bytes] | None:
     """(package, its version.py) of a Spark zip on the path, pyspark's or py4j's, known

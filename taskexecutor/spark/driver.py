@@ -1,7 +1,6 @@
-"""The first lines of a PySpark driver process, then the script itself:
+"""The process of a PySpark script's driver: its first lines, then the script itself.
 
-    python -m taskexecutor.pyspark_launcher PARENT_PID SCRIPT [ARGS...]
-    python -m taskexecutor.pyspark_launcher PARENT_PID --warm
+    python -m taskexecutor.spark.driver PARENT_PID SCRIPT [ARGS...]
 
 Asks Linux to kill this process when its TaskExecutor dies (even by SIGKILL: YARN kills
 a container's process group, and the driver has a group of its own so that cancelling
@@ -10,28 +9,19 @@ it cannot hit the TaskExecutor), then runs SCRIPT as `python SCRIPT ARGS` would:
 the exit status of `sys.exit()` or of an uncaught exception (1, traceback on stderr).
 Nothing here may slow the script's start: besides the standard library it imports only
 what of pyspark its script imports anyway (see `survive_ui_race`, `stop_without_waiting`,
-`backlog_timer_from_the_first_stage`).
-
-With --warm (a warm driver, taskexecutor/warm_drivers.py), pyspark's JVM starts first
-(PYSPARK_SUBMIT_ARGS as for any driver) and is warmed up by a SparkSession that is
-stopped again; then one line on stdin says which script to run: {"script", "args",
-"properties" (set as the JVM's system properties, which SparkConf reads), "cleared"
-(system properties to remove), "log4j" (the log4j2 configuration to load)}. Before the
-script runs, SCRIPT_STARTS goes to stdout and stderr: what came before is the warm-up's.
-End of input instead of a line: the TaskExecutor is done with us; exit 0.
+`backlog_timer_from_the_first_stage`). A driver started before its script is a warm
+driver (taskexecutor/spark/warm_driver.py). The TaskExecutor's side of it is
+taskexecutor/spark/script_task.py.
 """
 
-import json
 import os
 import runpy
-import select
 import shlex
 import sys
 import threading
 
 from flinkyarn import lifeline  # the standard library's only
 
-SCRIPT_STARTS = "\x1eflinkyarn: the script starts\n"
 # Spark's YARN AM asks the driver to put this filter on its web UI while the driver
 # starts the UI's handlers (SparkContext's attachAllHandlers, unsynchronized with the
 # request): a handler that starts between the filter and its mapping fails the context.
@@ -149,64 +139,14 @@ def stop_without_waiting() -> None:
         server.shutdown = detach(server.shutdown)  # type: ignore[method-assign]
 
 
-def script_waiting() -> bool:
-    return bool(select.select([sys.stdin], [], [], 0)[0])
-
-
-def warm_up() -> None:
-    """A SparkSession with one RDD job through a Python worker and one SQL job, stopped:
-    what every script's first SparkContext and jobs would load and compile. A script
-    that comes meanwhile cuts it short (after the step under way, and the stop)."""
-    from pyspark.sql import SparkSession
-
-    if script_waiting():
-        return
-    spark = SparkSession.builder.appName("flinkyarn-warm-up").getOrCreate()
-    try:
-        if not script_waiting():
-            spark.sparkContext.parallelize(range(4), 2).map(lambda x: x + 1).sum()
-        if not script_waiting():
-            spark.range(100).selectExpr("sum(id)").collect()
-    finally:
-        spark.stop()
-
-
-def warm() -> None:
-    from pyspark import SparkContext
-
-    SparkContext._ensure_initialized()  # the JVM
-    warm_up()
-    line = sys.stdin.readline()
-    if not line:
-        return
-    job = json.loads(line)
-    stdin = os.open(os.devnull, os.O_RDONLY)  # the script's stdin, as a cold driver's
-    os.dup2(stdin, 0)
-    os.close(stdin)
-    jvm = SparkContext._jvm
-    assert jvm is not None  # _ensure_initialized
-    for key in job["cleared"]:
-        jvm.java.lang.System.clearProperty(key)
-    for key, value in job["properties"].items():
-        jvm.java.lang.System.setProperty(key, value)
-    jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(jvm.java.net.URI(job["log4j"]))
-    for stream in (sys.stdout, sys.stderr):
-        stream.write(SCRIPT_STARTS)
-        stream.flush()
-    run_script(job["script"], job["args"])
-
-
 def main() -> None:
     parent, script, *args = sys.argv[1:]
     lifeline.die_with_parent(int(parent), "the TaskExecutor that started this driver")
     stop_without_waiting()
-    if script == "--warm":
-        warm()
-    else:
-        if on_yarn(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
-            survive_ui_race()
-            backlog_timer_from_the_first_stage()
-        run_script(script, args)
+    if on_yarn(os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
+        survive_ui_race()
+        backlog_timer_from_the_first_stage()
+    run_script(script, args)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""Warm PySpark drivers: a driver process started before its script, for the next
-script with pyspark.master=local on this TaskExecutor.
+"""A TaskExecutor's pool of warm PySpark drivers: driver processes started before their
+script (taskexecutor/spark/warm_driver.py), for the next script with
+pyspark.master=local on this TaskExecutor.
 
 A script's driver spends seconds before its first line of Spark runs: Python imports
 pyspark, pyspark starts its JVM (spark-submit, 1.5 s here), and the JVM's first
 SparkContext loads and compiles most of Spark (3 s; a second one in the same JVM takes
-0.2 s). A warm driver has done all of it: `python -m taskexecutor.pyspark_launcher
-PARENT --warm` started the JVM with the settings a script of this TaskExecutor gets, made
+0.2 s). A warm driver has done all of it: `python -m taskexecutor.spark.warm_driver
+PARENT` started the JVM with the settings a script of this TaskExecutor gets, made
 a SparkSession of its own, ran two small jobs (an RDD one through a Python worker, a SQL
 one) and stopped it. The script then makes its own SparkContext from its own settings,
 as in a driver of its own, and nothing of the warm-up is left but compiled code.
@@ -61,8 +62,8 @@ from pathlib import Path
 from flinkyarn import options
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkSettings
-from taskexecutor.pyspark_driver import (PySparkScriptFailed, driver_conf,
-                                          driver_environment, log_dir)
+from taskexecutor.spark.script_task import (PySparkScriptFailed, driver_conf,
+                                             driver_environment, log_dir)
 from taskexecutor.reaper import REAPER
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,7 @@ class WarmDrivers:
         self._wanted = False  # a script that could have run warm ran here
         # Slots with no task: set by the TaskExecutor (called from any thread).
         self.free_slots: Callable[[], int] = lambda: self.count
-        self.command = [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
-                        "--warm"]
+        self.command = [sys.executable, "-m", "taskexecutor.spark.warm_driver", str(os.getpid())]
         self._serial = 0
         self._timer: threading.Timer | None = None
 

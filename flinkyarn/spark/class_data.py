@@ -1,4 +1,6 @@
-"""Class-data sharing for the TaskExecutor's Spark JVM: its classes loaded from an archive.
+"""Class-data sharing for the Spark JVM: its classes loaded from an archive. What the
+client (which ships a portable archive) and the TaskExecutor (which maps one, or starts
+its trainer) both know of it: its name, its key, its folder and its lock.
 
 A SparkSession's JVM spends most of its start, and most of its first query, loading and
 verifying some ten thousand classes from Spark's jars (on 2 cores: ~8 s to start, a
@@ -26,20 +28,21 @@ HDFS cache that each node localizes once (yarn_client/shipping.py); a TaskExecut
 the one named by the key it computes for its own JDK and jars (`SparkClassData.shipped`),
 so one made for another JDK is never tried. A PySpark driver maps it from its own
 folder, through a link of the same name there; Spark's executors on YARN, which unpack
-the same environment, get it localized beside it (taskexecutor/pyspark_driver.py).
+the same environment, get it localized beside it (taskexecutor/spark/script_task.py).
 
 Making it. The first TaskExecutor that finds no archive for its key starts one trainer,
-`python -m taskexecutor.spark_cds ARCHIVE`, in a session of its own with CPU only when
-nothing else wants it (SCHED_IDLE), and starts its own session without. The trainer
-starts a SparkSession whose JVM dumps every class it loaded at exit
-(-XX:ArchiveClassesAtExit), runs a small workload of what Spark stages do (Parquet in and
-out, a shuffle, an aggregation, a join, Arrow to a DataFrame), lets the JVM exit, and
-renames the finished archive into place; a TaskExecutor that starts later maps it. One
-trainer at a time per archive (an exclusive lock file naming its process; a dead one's
-lock is taken over). A trainer that fails leaves ARCHIVE.failed beside its log, so the
-next TaskExecutors do not try again; remove it to retry. Each JVM that maps an archive
-touches it; a trainer that made one removes the archives nobody mapped for 30 days
-(another JDK's, another Spark's: some 180 MB each).
+`python -m taskexecutor.spark.class_data_trainer ARCHIVE` (TRAINER, started by name: the
+core imports no role), in a session of its own with CPU only when nothing else wants it
+(SCHED_IDLE), and starts its own session without. The trainer starts a SparkSession
+whose JVM dumps every class it loaded at exit (-XX:ArchiveClassesAtExit), runs a small
+workload of what Spark stages do (Parquet in and out, a shuffle, an aggregation, a join,
+Arrow to a DataFrame), lets the JVM exit, and renames the finished archive into place; a
+TaskExecutor that starts later maps it. One trainer at a time per archive (an exclusive
+lock file naming its process; a dead one's lock is taken over). A trainer that fails
+leaves ARCHIVE.failed beside its log, so the next TaskExecutors do not try again; remove
+it to retry. Each JVM that maps an archive touches it; a trainer that made one removes
+the archives nobody mapped for 30 days (another JDK's, another Spark's: some 180 MB
+each).
 """
 
 from __future__ import annotations
@@ -50,14 +53,12 @@ import importlib.util
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from flinkyarn import options, scratch
+from flinkyarn import options
 from flinkyarn.configuration import Configuration
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def spark_home() -> Path | None:
     return Path(spec.origin).parent if spec is not None and spec.origin else None
 
 
-def _files_digest(digest, files: list[tuple[str, Path]]) -> None:
+def _files_digest(digest: "hashlib._Hash", files: list[tuple[str, Path]]) -> None:
     """Each file by the name given, its size and its time in whole seconds (what the JVM
     checks; a tar keeps no more)."""
     for name, path in files:
@@ -106,7 +107,7 @@ def _files_digest(digest, files: list[tuple[str, Path]]) -> None:
         digest.update(f"{name}\0{stat.st_size}\0{int(stat.st_mtime)}\0".encode())
 
 
-def _jdk_digest(java: Path):
+def _jdk_digest(java: Path) -> "hashlib._Hash":
     """A digest started with the java and the JDK's own archive, which ours extends:
     regenerated (`java -Xshare:dump`, as a JDK package's install does), it makes ours
     unusable."""
@@ -128,6 +129,9 @@ def archive_key() -> str | None:
         digest.update(f"{name}={os.environ.get(name, '')}\0".encode())
     return digest.hexdigest()[:20]
 
+
+# The process that makes an archive (taskexecutor/spark/class_data_trainer.py).
+TRAINER = "taskexecutor.spark.class_data_trainer"
 
 # The shipped environment's link in a YARN container's working folder
 # (yarn_client.shipping.ENVIRONMENT_DIR), which the TaskExecutor's Spark JVM inherits.
@@ -272,10 +276,10 @@ class SparkClassData:
         try:
             with open(self.archive.with_suffix(".log"), "wb") as log_file:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "taskexecutor.spark_cds", str(self.archive),
+                    [sys.executable, "-m", TRAINER, str(self.archive),
                      *([str(self.environment)] if self.environment is not None else [])],
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                    start_new_session=True)  # it lowers its own priority (see __main__)
+                    start_new_session=True)  # it lowers its own priority itself
         except OSError:
             self.lock.unlink(missing_ok=True)
             raise
@@ -308,14 +312,6 @@ def ensure_archive(environment: Path | None = None) -> Path | None:
     return data.ensure() if data is not None else None
 
 
-def _lowest_priority() -> None:
-    """CPU only when nothing else wants it (Linux's SCHED_IDLE), else the lowest nice."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        os.nice(19)
-
-
 def _alive(lock: Path) -> bool:
     """Whether the process the lock names runs (a lock made in the last minute, naming
     none yet, is taken as alive)."""
@@ -334,29 +330,7 @@ def _alive(lock: Path) -> bool:
     return True
 
 
-def workload(spark, folder: Path) -> None:
-    """What Spark stages do, small: the classes of those paths get archived."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
-
-    words = pa.table({"word": [f"w{i % 97}" for i in range(5000)],
-                      "n": list(range(5000))})
-    source = folder / "input.parquet"
-    pq.write_table(words, source)
-    frame = spark.read.parquet(source.as_uri())
-    counts = frame.groupBy("word").agg(F.count("*").alias("count"), F.sum("n").alias("n"))
-    joined = counts.join(spark.createDataFrame(words.slice(0, 100)).withColumnRenamed("n", "m"),
-                         "word")
-    joined.write.mode("overwrite").parquet((folder / "output").as_uri())
-    spark.read.parquet((folder / "output").as_uri()).orderBy("word").limit(5).collect()
-    # A PySpark script's RDD job, through Python workers (drivers and executors map it too).
-    spark.sparkContext.parallelize(range(1000), 2).map(lambda x: x * x).reduce(lambda a, b: a + b)
-
-
 UNUSED_FOR = 30 * 24 * 3600.0
-# The longest a training may take (a first one takes a minute or two on 2 busy cores).
-TRAINING_TIMEOUT = 20 * 60
 
 
 def remove_unused(folder: Path, unused_for: float = UNUSED_FOR) -> list[Path]:
@@ -374,68 +348,3 @@ def remove_unused(folder: Path, unused_for: float = UNUSED_FOR) -> list[Path]:
     return removed
 
 
-def _raise(error: BaseException) -> None:
-    raise error
-
-
-def train(archive: Path, environment: Path | None = None) -> None:
-    """Makes `archive` (see the module's text), a portable one of `environment` if given;
-    removes the lock in the end."""
-    from pyspark import SparkContext
-
-    from taskexecutor.spark_bridge import SparkSessionProvider
-
-    lock = archive.with_suffix(".lock")
-    partial = archive.with_suffix(f".partial-{os.getpid()}").absolute()
-    process = None
-    try:
-        with tempfile.TemporaryDirectory(prefix="spark-cds-", dir=archive.parent) as work:
-            # Its own temporary folder, not the one of the TaskExecutor that started it,
-            # which goes with that TaskExecutor: pyspark's JVM writes the file pyspark
-            # waits for there, and without the folder pyspark would wait forever.
-            scratch.use_as_temp_dir(Path(work, "tmp"))
-            class_path: list[str] = []
-            if environment is not None:  # in a folder like a container's
-                os.symlink(environment, Path(work, PORTABLE_ROOT))
-                os.chdir(work)
-                class_path = portable_class_path(Path(PORTABLE_ROOT))
-            provider = SparkSessionProvider(cores=2, memory_bytes=1 << 30, slots=1,
-                                            tmp_dir=work, class_path=class_path, java_options=[
-                                                f"-XX:ArchiveClassesAtExit={partial}", *QUIET])
-            spark = provider.get()
-            process = SparkContext._gateway.proc  # type: ignore[union-attr]
-            workload(spark, Path(work))
-            provider.stop()
-            process.stdin.close()  # PySpark's JVM exits at the end of its input, and dumps
-            if process.wait(timeout=600) != 0 or not partial.is_file():
-                raise RuntimeError(f"the JVM ended with {process.returncode} and wrote no "
-                                   f"archive")
-        os.replace(partial, archive)
-        print(f"written: {archive} ({archive.stat().st_size >> 20} MB)", flush=True)
-        for removed in remove_unused(archive.parent):
-            print(f"removed unused {removed}", flush=True)
-    except BaseException as error:
-        if process is not None and process.poll() is None:
-            process.kill()  # no half-made archive after this process
-            process.wait()
-        if not isinstance(error, (SystemExit, KeyboardInterrupt)):  # stopped: may retry
-            archive.with_suffix(".failed").touch()
-        raise
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
-        lock.unlink(missing_ok=True)
-
-
-if __name__ == "__main__":
-    # Here, not in a preexec_fn of the process that starts us: that one may run gRPC, and
-    # Python run between its fork and exec can crash the child (see spark_bridge).
-    _lowest_priority()
-    logging.basicConfig(level=logging.INFO)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    # A training that has not ended by then never will (a JVM stuck at its start): it
-    # fails, and leaves ARCHIVE.failed, rather than hold the lock for ever.
-    signal.signal(signal.SIGALRM, lambda *_: _raise(TimeoutError(
-        f"the training did not end within {TRAINING_TIMEOUT} s")))
-    signal.alarm(TRAINING_TIMEOUT)
-    train(Path(sys.argv[1]).absolute(), Path(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -35,7 +35,7 @@ Active session. `make_active(session)` makes the session both PySpark's default 
 (what `SparkSession.builder.getOrCreate()` returns from any thread) and the calling
 thread's active one; the provider calls it when it starts the session. (Whole PySpark
 scripts do not use this session: each runs as its own driver process,
-taskexecutor/pyspark_driver.py.)
+taskexecutor/spark/driver.py.)
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ from typing import TYPE_CHECKING, Callable
 from flinkyarn import options
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.scratch import ProcessScratch
-from taskexecutor import spark_daemon
+from flinkyarn.spark import python_daemon
+from flinkyarn.spark.class_data import SparkClassData
 from taskexecutor.reaper import REAPER
-from taskexecutor.spark_cds import SparkClassData
 from taskexecutor.task import IMPORTING
 
 __all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
@@ -141,7 +141,7 @@ class SparkSessionProvider:
                  java_options: Sequence[str] = (), class_path: Sequence[str] = ()) -> None:
         """Spark's files go under `tmp_dir`, its local dirs in `local_dirs` (default: one
         under `tmp_dir`); the JVM binds and advertises `host`, maps the class-data archive
-        of `class_data` if there is one (taskexecutor/spark_cds.py) and has
+        of `class_data` if there is one (flinkyarn/spark/class_data.py) and has
         `java_options` too, and its class path starts with `class_path`."""
         self.cores = max(1, int(cores))
         self.slots = slots
@@ -201,7 +201,7 @@ class SparkSessionProvider:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             # Its Python workers import pyspark compiled, not from Spark's zip.
-            "spark.python.daemon.module": spark_daemon.__name__,
+            "spark.python.daemon.module": python_daemon.LOCAL_MODULE,
             "spark.local.dir": ",".join(str(d) for d in self.local_dirs),
             "spark.sql.warehouse.dir": (self.tmp_dir / "warehouse").as_uri(),
             "spark.sql.catalogImplementation": "in-memory",

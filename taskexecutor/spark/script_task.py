@@ -1,15 +1,16 @@
-"""Runs a PySpark script's driver as a process of its own, for the task of a
-PySparkScript (flinkyarn/pipeline/pyspark_script.py).
+"""The task of a PySparkScript (flinkyarn/pipeline/pyspark_script.py), in the
+TaskExecutor: runs the script's driver as a process of its own
+(taskexecutor/spark/driver.py) and follows it.
 
     script text -> <task scratch>/script/NAME.py
-    python -m taskexecutor.pyspark_launcher TE_PID NAME.py ARGS
+    python -m taskexecutor.spark.driver TE_PID NAME.py ARGS
         cwd:  settings.working_dir, or <task scratch>/work with --files and --archives
         env:  PYSPARK_SUBMIT_ARGS="--master ... --conf ... pyspark-shell" (read by pyspark
               when the script's SparkContext launches its JVM), PYSPARK_PYTHON (the
               executors' interpreter), SPARK_LOCAL_IP (the TaskExecutor's host)
 
 - Warm: a pyspark.master=local script may run in a driver started before it, its JVM
-  up and warmed (taskexecutor/warm_drivers.py): its folder is that driver's, its
+  up and warmed (taskexecutor/spark/warm_pool.py): its folder is that driver's, its
   settings go to the JVM's system properties, and what the driver wrote before the
   SCRIPT_STARTS mark is not the script's.
 - Output: the driver's stdout and stderr (its JVM inherits them) are read as they come,
@@ -59,11 +60,10 @@ from typing import TYPE_CHECKING, TextIO
 from flinkyarn import hadoop, hdfs, kerberos, options, retry
 from flinkyarn.configuration import Configuration
 from flinkyarn.gateways.job_master import OutputChunk
-from taskexecutor import spark_daemon
-from taskexecutor.pyspark_launcher import SCRIPT_STARTS
+from flinkyarn.spark import python_daemon
+from flinkyarn.spark.class_data import PORTABLE_ROOT, QUIET, SparkClassData
 from taskexecutor.reaper import REAPER, group_alive
-from taskexecutor.spark_cds import PORTABLE_ROOT, QUIET, SparkClassData
-from taskexecutor.task import TaskCancelled
+from taskexecutor.spark.warm_driver import SCRIPT_STARTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -167,8 +167,8 @@ def driver_conf(te_conf: Configuration, settings: "PySparkSettings", work: Path,
     }
     if master_conf is not None:
         master_conf(conf, user)
-    else:  # this process's Python workers import pyspark compiled (spark_daemon.py)
-        conf["spark.python.daemon.module"] = spark_daemon.__name__
+    else:  # this process's Python workers import pyspark compiled (taskexecutor/spark/daemon.py)
+        conf["spark.python.daemon.module"] = python_daemon.LOCAL_MODULE
     class_data = _class_data(te_conf, settings)
     if class_data is not None:
         java = [*class_data.java_options(), *java]
@@ -271,9 +271,9 @@ class PySparkDriver:
             tags.append(app)
         conf["spark.yarn.tags"] = ",".join([*tags, *filter(None, user.pop(
             "spark.yarn.tags", "").split(","))])
-        if f"/{spark_daemon.CACHE_KIND}-" in self.settings.environment.get("PYSPARK_ARCHIVES_PATH", ""):
-            # The executors' Python workers import pyspark compiled (spark_daemon.py).
-            conf["spark.python.daemon.module"] = spark_daemon.MODULE
+        if f"/{python_daemon.CACHE_KIND}-" in self.settings.environment.get("PYSPARK_ARCHIVES_PATH", ""):
+            # The executors' Python workers import pyspark compiled (taskexecutor/spark/daemon.py).
+            conf["spark.python.daemon.module"] = python_daemon.MODULE
         archive = self.conf.get(options.PYSPARK_PYTHON_ARCHIVE)
         archives = [a for a in (archive, user.pop("spark.yarn.dist.archives", "")) if a]
         if archives:
@@ -471,6 +471,9 @@ class PySparkDriver:
     # ------------------------------------------------------------------------ run
 
     def run(self) -> None:
+        """Runs the driver to its end, on the task's thread. Returns when the script
+        exited 0 or the task was cancelled (the caller tells them apart and reports a
+        cancel), raises PySparkScriptFailed when the script failed."""
         log_folder = log_dir(self.te_tmp)
         pool = self.context.environment.warm_drivers
         may_run_warm = pool is not None and pool.eligible(self.settings)
@@ -501,7 +504,7 @@ class PySparkDriver:
                 process = warm[0].process
             else:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "taskexecutor.pyspark_launcher", str(os.getpid()),
+                    [sys.executable, "-m", "taskexecutor.spark.driver", str(os.getpid()),
                      str(script), *self.script.args],
                     cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, process_group=0)
@@ -545,7 +548,7 @@ class PySparkDriver:
             process.stderr.close()
         spark_end = self._end_spark_application(cancelled=self.context.is_cancelled())
         if self.context.is_cancelled():
-            raise TaskCancelled()
+            return  # the task's to report (its StreamTask raises TaskCancelled)
         if code != 0:
             cause = f"the script exited with status {code}"
             if code < 0:
