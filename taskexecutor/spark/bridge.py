@@ -31,16 +31,15 @@ YARN container Spark itself prefers the container's LOCAL_DIRS to spark.local.di
 removes those with the application. JVM options from spark-defaults.conf (in
 SPARK_CONF_DIR) come first in spark.driver.extraJavaOptions, ours after them, so ours win.
 
-Active session. `make_active(session)` makes the session both PySpark's default session
-(what `SparkSession.builder.getOrCreate()` returns from any thread) and the calling
-thread's active one; the provider calls it when it starts the session. (Whole PySpark
-scripts do not use this session: each runs as its own driver process,
-taskexecutor/spark/driver.py.)
+Active session. The session is pyspark's default one in this process (what
+`SparkSession.builder.getOrCreate()` returns from any thread), as pyspark makes the first
+session it starts. (Whole PySpark scripts do not use this session: each runs as its own
+driver process, taskexecutor/spark/driver.py.) What the provider does to pyspark's
+internals (the JVM's start, a lost JVM's gateway) is in taskexecutor/spark/pyspark_patches.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -59,9 +58,10 @@ from flinkyarn.scratch import ProcessScratch
 from flinkyarn.spark import python_daemon
 from flinkyarn.spark.class_data import SparkClassData
 from taskexecutor.reaper import REAPER
+from taskexecutor.spark import pyspark_patches
 from taskexecutor.task import IMPORTING
 
-__all__ = ["SparkMemoryBudget", "SparkSessionProvider", "make_active"]
+__all__ = ["SparkMemoryBudget", "SparkSessionProvider"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -242,7 +242,7 @@ class SparkSessionProvider:
             lost = self._jvm_lost
             if lost is not None:
                 log.warning("%s: a new Spark JVM and session start", lost)
-                _discard_gateway(self._session)
+                pyspark_patches.discard_gateway(self._session)
                 self._session, self._jvm_lost = None, None
                 self._broken = f"its JVM was lost ({lost})"
             if self._session is None:
@@ -265,7 +265,7 @@ class SparkSessionProvider:
         """The pid of the running session's JVM (None before it starts, or if pyspark's
         JVM was not started by this provider)."""
         session = self._session
-        process = _gateway_process(session.sparkContext._gateway) if session else None
+        process = pyspark_patches.session_jvm(session) if session else None
         return process.pid if process is not None else None
 
     def start_in_background(self) -> None:
@@ -288,10 +288,9 @@ class SparkSessionProvider:
         session = self._session
         if session is None:
             return
-        jvm = session._jvm
-        assert jvm is not None  # a running session has its JVM
+        jvm, hadoop_conf = pyspark_patches.hadoop_of(session)
         credentials = jvm.org.apache.hadoop.security.Credentials.readTokenStorageFile(
-            jvm.java.io.File(str(token_file)), session._jsc.hadoopConfiguration())
+            jvm.java.io.File(str(token_file)), hadoop_conf)
         jvm.org.apache.hadoop.security.UserGroupInformation.getCurrentUser().addCredentials(credentials)
 
     def stop(self) -> None:
@@ -300,14 +299,15 @@ class SparkSessionProvider:
             session, self._session = self._session, None
             lost, self._jvm_lost = self._jvm_lost, None
         if lost is not None:
-            _discard_gateway(session)
+            pyspark_patches.discard_gateway(session)
         elif session is not None:
             session.stop()
 
     def _start(self) -> SparkSession:
         with IMPORTING:  # a task thread may be importing pyspark too
-            from pyspark import java_gateway
             from pyspark.sql import SparkSession
+
+            pyspark_patches.launch_jvm_without_python_in_the_child()
 
         for folder in (self.java_tmp_dir, *self.local_dirs):
             folder.mkdir(parents=True, exist_ok=True)
@@ -322,16 +322,14 @@ class SparkSessionProvider:
         builder = SparkSession.builder
         for key, value in self.spark_conf(archive, class_path).items():
             builder = builder.config(key, value)
-        # What pyspark's launch_gateway starts the JVM with (see GatewayPopen).
-        java_gateway.Popen = GatewayPopen  # type: ignore[attr-defined,assignment]
         try:
             session = builder.getOrCreate()
         except BaseException:
             # Its JVM may have died during the start (or never answered): the next
             # start must not reuse its gateway, whose every call would be refused.
-            _discard_gateway(None)
+            pyspark_patches.discard_gateway(None)
             raise
-        jvm = _gateway_process(session.sparkContext._gateway)
+        jvm = pyspark_patches.session_jvm(session)
         if jvm is not None:
             REAPER.watch_process(jvm.pid)
             if archive and self.class_data is not None:
@@ -339,7 +337,6 @@ class SparkSessionProvider:
             threading.Thread(target=self._watch_jvm, args=(jvm, session), daemon=True,
                              name=f"Spark JVM {jvm.pid}").start()
         session.sparkContext.setLogLevel("WARN")
-        make_active(session)
         return session
 
     def _watch_jvm(self, jvm: subprocess.Popen, session: SparkSession) -> None:
@@ -357,69 +354,6 @@ class SparkSessionProvider:
             self._jvm_lost = f"the Spark JVM (pid {jvm.pid}) {how}"
             log.warning("%s; Spark stages run on a new one", self._jvm_lost)
         jvm.wait()
-
-
-def _gateway_process(gateway) -> subprocess.Popen | None:
-    """The JVM pyspark's gateway launched (None if pyspark found a JVM running)."""
-    return getattr(gateway, "proc", None)
-
-
-def _discard_gateway(session: SparkSession | None) -> None:
-    """Makes pyspark launch a new JVM for the next session, after the JVM died or a
-    start failed (with a JVM dead or half started: it is killed): pyspark keeps its
-    gateway to the JVM it launched for the whole process, reused by every later start,
-    and offers no public call to drop it. The private attributes reset here are
-    pyspark's of 4.0 to 4.3 (setup.cfg's range; tests/local/test_spark_bridge.py kills
-    the JVM, also during a start, and checks a new session runs)."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession, SQLContext
-
-    if session is not None:
-        with contextlib.suppress(Exception):  # the JVM is gone: its half fails
-            session.sparkContext.stop()
-    gateway = SparkContext._gateway
-    process = _gateway_process(gateway)
-    if process is not None and process.poll() is None:
-        process.kill()
-        process.wait()
-    with SparkContext._lock:
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-        SparkContext._active_spark_context = None
-    SparkSession._instantiatedSession = None
-    SparkSession._activeSession = None
-    SQLContext._instantiatedContext = None
-    if gateway is not None:
-        with contextlib.suppress(Exception):
-            gateway.close()
-
-
-class GatewayPopen(subprocess.Popen):
-    """How pyspark's `launch_gateway` starts the JVM (spark-submit) in a TaskExecutor.
-    pyspark passes a preexec_fn, to make the JVM ignore SIGINT: Python run in the child
-    between fork and exec. A TaskExecutor runs gRPC, whose threads hold locks and whose
-    fork handlers then run too; under load the child died before its exec (pyspark's
-    [JAVA_GATEWAY_EXITED], with no output of the JVM's). Here the child only execs (by
-    vfork), the shell makes SIGINT ignored (as the JVM inherits it) and execs spark-submit:
-    the process is the JVM, as before."""
-
-    def __init__(self, args: Sequence[str], **kwargs) -> None:
-        kwargs.pop("preexec_fn", None)
-        super().__init__(["/bin/sh", "-c", 'trap "" INT; exec "$@"', "spark-submit", *args],
-                         **kwargs)
-
-
-def make_active(session: SparkSession) -> None:
-    """Makes `session` PySpark's default session in this process and the active one of the
-    calling thread, so that `SparkSession.builder.getOrCreate()`, `SparkSession.active()`
-    and `getActiveSession()` return it. Call from the thread that will use it."""
-    from pyspark.sql import SparkSession
-
-    jvm_class = SparkSession._get_j_spark_session_class(session._jvm)
-    jvm_class.setDefaultSession(session._jsparkSession)
-    jvm_class.setActiveSession(session._jsparkSession)
-    SparkSession._instantiatedSession = session
-    SparkSession._activeSession = session
 
 
 def _spark_defaults() -> dict[str, str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from flinkyarn import scratch
 from flinkyarn.spark.class_data import PORTABLE_ROOT, QUIET, portable_class_path, remove_unused
+from taskexecutor.spark import pyspark_patches
 from taskexecutor.spark.bridge import SparkSessionProvider
 
 
@@ -67,8 +68,6 @@ def _raise(error: BaseException) -> None:
 def train(archive: Path, environment: Path | None = None) -> None:
     """Makes `archive` (the module's text), a portable one of `environment` if given;
     removes the lock in the end."""
-    from pyspark import SparkContext
-
     lock = archive.with_suffix(".lock")
     partial = archive.with_suffix(f".partial-{os.getpid()}").absolute()
     process = None
@@ -87,7 +86,8 @@ def train(archive: Path, environment: Path | None = None) -> None:
                                             tmp_dir=work, class_path=class_path, java_options=[
                                                 f"-XX:ArchiveClassesAtExit={partial}", *QUIET])
             spark = provider.get()
-            process = SparkContext._gateway.proc  # type: ignore[union-attr]
+            process = pyspark_patches.process_jvm()
+            assert process is not None and process.stdin is not None  # the provider's
             workload(spark, Path(work))
             provider.stop()
             process.stdin.close()  # PySpark's JVM exits at the end of its input, and dumps
@@ -113,7 +113,7 @@ def train(archive: Path, environment: Path | None = None) -> None:
 
 if __name__ == "__main__":
     # Here, not in a preexec_fn of the process that starts us: that one may run gRPC, and
-    # Python run between its fork and exec can crash the child (see the bridge).
+    # Python run between its fork and exec can crash the child (see pyspark_patches).
     _lowest_priority()
     logging.basicConfig(level=logging.INFO)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

@@ -20,7 +20,8 @@ import select
 import sys
 
 from flinkyarn import lifeline  # the standard library's only
-from taskexecutor.spark.driver import run_script, stop_without_waiting
+from taskexecutor.spark import pyspark_patches
+from taskexecutor.spark.driver import run_script
 
 SCRIPT_STARTS = "\x1eflinkyarn: the script starts\n"
 
@@ -48,9 +49,7 @@ def warm_up() -> None:
 
 
 def warm() -> None:
-    from pyspark import SparkContext
-
-    SparkContext._ensure_initialized()  # the JVM
+    jvm = pyspark_patches.start_jvm()
     warm_up()
     line = sys.stdin.readline()
     if not line:
@@ -59,8 +58,6 @@ def warm() -> None:
     stdin = os.open(os.devnull, os.O_RDONLY)  # the script's stdin, as a cold driver's
     os.dup2(stdin, 0)
     os.close(stdin)
-    jvm = SparkContext._jvm
-    assert jvm is not None  # _ensure_initialized
     for key in job["cleared"]:
         jvm.java.lang.System.clearProperty(key)
     for key, value in job["properties"].items():
@@ -75,7 +72,7 @@ def warm() -> None:
 def main() -> None:
     [parent] = sys.argv[1:]
     lifeline.die_with_parent(int(parent), "the TaskExecutor that started this driver")
-    stop_without_waiting()
+    pyspark_patches.stop_without_waiting()
     warm()
 
 

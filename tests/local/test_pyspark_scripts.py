@@ -309,7 +309,7 @@ RACING_DRIVER = r"""
 import sys
 from py4j.protocol import Py4JJavaError
 from pyspark import SparkConf, SparkContext
-from taskexecutor.spark import driver
+from taskexecutor.spark import pyspark_patches
 
 lost = iter(sys.argv[1:])  # what each JVM context start throws first, then real starts
 real = SparkContext._initialize_context
@@ -327,7 +327,7 @@ def initialize(self, jconf):
     return real(self, jconf)
 
 SparkContext._initialize_context = initialize
-driver.survive_ui_race(attempts=3)
+pyspark_patches.survive_ui_race(attempts=3)
 try:
     sc = SparkContext(conf=SparkConf().setMaster("local[1]").setAppName("race"))
 except Py4JJavaError as error:

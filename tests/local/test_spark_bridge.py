@@ -18,7 +18,8 @@ import pytest
 
 from flinkyarn.configuration import Configuration, ConfigurationError
 from flinkyarn.pipeline.spark_stage import SparkStage
-from taskexecutor.spark.bridge import MIB, GatewayPopen, SparkMemoryBudget, SparkSessionProvider
+from taskexecutor.spark.bridge import MIB, SparkMemoryBudget, SparkSessionProvider
+from taskexecutor.spark.pyspark_patches import GatewayPopen
 from flinkyarn.spark import python_daemon
 from flinkyarn.spark.class_data import SparkClassData
 from tests.local.conftest import children, cmdline

@@ -17,7 +17,7 @@ from flinkyarn.gateways.dispatcher import JobOutputView, OutputLine
 from flinkyarn.configuration import Configuration
 from flinkyarn.pipeline.pyspark_script import PySparkScript, PySparkSettings
 from flinkyarn.spark.class_data import SparkClassData
-from taskexecutor.spark import driver
+from taskexecutor.spark import driver, pyspark_patches
 from taskexecutor.spark.script_task import (PySparkDriver, driver_conf, last_traceback,
                                           log4j2_properties, proxied, submit_args)
 from yarn_am.jobmaster.job_output import JobOutput
@@ -274,7 +274,7 @@ def test_a_contexts_stop_does_not_wait_for_its_accumulator_servers_thread(monkey
 
     for server_class in (accumulators.AccumulatorTCPServer, accumulators.AccumulatorUnixServer):
         monkeypatch.setattr(server_class, "shutdown", server_class.shutdown)  # restored after
-    driver.stop_without_waiting()
+    pyspark_patches.stop_without_waiting()
     server = accumulators.AccumulatorTCPServer(("localhost", 0), accumulators.UpdateRequestHandler,
                                                "token")
     serving = threading.Thread(target=server.serve_forever, daemon=True)

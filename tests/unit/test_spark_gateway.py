@@ -1,5 +1,5 @@
 """How a TaskExecutor brings pyspark up beside its gRPC and task threads: the JVM starts
-with no Python in the forked child (taskexecutor/spark/bridge.GatewayPopen), yet ignores
+with no Python in the forked child (taskexecutor/spark/pyspark_patches.GatewayPopen), yet ignores
 SIGINT as pyspark wants; pyspark is first imported by one thread at a time."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import textwrap
 # the fork, then one child by pyspark's way (a preexec_fn) and one by GatewayPopen's.
 PROBE = textwrap.dedent("""
     import os, signal, subprocess, sys
-    from taskexecutor.spark.bridge import GatewayPopen
+    from taskexecutor.spark.pyspark_patches import GatewayPopen
 
     os.register_at_fork(after_in_child=lambda: os.write(1, b"python ran in the child\\n"))
     ignores_sigint = [sys.executable, "-c",

@@ -209,7 +209,7 @@ def test_a_per_job_script_runs_in_an_application_of_its_own(hadoop, class_data, 
     say so, beside the JDK's own). Spark's dynamic allocation (the default, here from one
     executor) has no task waiting once the SparkContext started: the YARN AM's
     registration, which resets it, no longer makes the first stage ask for more
-    executors at once (taskexecutor/spark/driver.py: backlog_timer_from_the_first_stage). The
+    executors at once (taskexecutor/spark/pyspark_patches.py: backlog_timer_from_the_first_stage). The
     executor's Python workers import pyspark compiled, from the environment they run, not
     from pyspark's zips (taskexecutor/spark/daemon.py, shipped through the cache)."""
     script = tmp_path / "maps.py"
