@@ -10,7 +10,8 @@ TaskExecutor's own side of each.
     warm_driver          a warm PySpark driver         python -m taskexecutor.spark.warm_driver
     class_data_trainer   the class-data trainer        python -m taskexecutor.spark.class_data_trainer
     daemon               Spark's Python worker daemon  spark.python.daemon.module
+    pyspark_patches      drivers, the TaskExecutor     pyspark's private seams, all of them
 
 What the client needs too (the class-data archive's naming, the daemon's names) is in
-flinkyarn/spark/. Nothing here is imported by a process that does not run it: this
-package's __init__ stays empty, as Spark's daemon imports it."""
+flinkyarn/spark/. This package's __init__ imports nothing: Spark's Python daemon and
+the drivers import it before anything else."""

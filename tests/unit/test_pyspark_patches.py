@@ -5,9 +5,11 @@ on another, each patch is skipped with a warning and leaves pyspark as it is."""
 from __future__ import annotations
 
 import ast
+import configparser
 import logging
 from pathlib import Path
 
+import pyspark
 import pytest
 
 from taskexecutor.spark import pyspark_patches
@@ -17,6 +19,26 @@ from tests.unit.test_import_graph import ROOT, modules
 PRIVATE = {"_gateway", "_jvm", "_jsc", "_jsparkSession", "_initialize_context",
            "_ensure_initialized", "_instantiatedSession", "_activeSession",
            "_instantiatedContext", "_active_spark_context", "_get_j_spark_session_class"}
+
+
+def test_the_installed_pyspark_is_one_the_patches_are_verified_against():
+    assert pyspark.__version__ in pyspark_patches.VERIFIED, (
+        f"pyspark {pyspark.__version__} is installed; the patches of "
+        f"taskexecutor/spark/pyspark_patches.py are verified against "
+        f"{pyspark_patches.VERIFIED}: run the tests each seam names, then list it")
+    for seam in pyspark_patches.SEAMS:
+        assert pyspark.__version__ in seam.verified, seam.name
+
+
+def test_setup_cfg_pins_pyspark_to_the_verified_minor():
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    [requirement] = [line.strip() for line in parser["options"]["install_requires"].splitlines()
+                     if line.strip().startswith("pyspark")]
+    minors = {".".join(version.split(".")[:2]) for version in pyspark_patches.VERIFIED}
+    [minor] = minors
+    major, number = minor.split(".")
+    assert requirement == f"pyspark>={minor},<{major}.{int(number) + 1}"
 
 
 def test_every_seam_says_why_what_it_is_worth_and_how_it_is_tested():
