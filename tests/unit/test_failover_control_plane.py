@@ -56,15 +56,22 @@ async def test_a_task_that_always_fails_exhausts_the_fixed_delay_strategy_and_fa
     assert running(cluster) == [] and len(cluster.tasks.all) == 3
 
 
-@gen_cluster()
-async def test_a_failure_in_one_of_two_regions_restarts_only_that_region(cluster: Cluster) -> None:
-    config = {**RESTARTING, "jobmanager.execution.failover-strategy": "region"}
+async def two_regions_one_failed(cluster: Cluster, strategy: str):
+    """A job of two regions (`left`, `right`) under the failover strategy `strategy`,
+    one second after `right` failed: (the job, left's task)."""
+    config = {**RESTARTING, "jobmanager.execution.failover-strategy": strategy}
     job = await cluster.submit(job_graph("two-regions", ("left", 1), ("right", 1),
                                          configuration=config))
     [left] = cluster.tasks.running("left")
     [right] = cluster.tasks.running("right")
     right.fail("transient failure")
     await cluster.advance(1.0)
+    return job, left
+
+
+@gen_cluster()
+async def test_a_failure_in_one_of_two_regions_restarts_only_that_region(cluster: Cluster) -> None:
+    job, left = await two_regions_one_failed(cluster, "region")
 
     assert running(cluster) == ["left (1/1) #0", "right (1/1) #1"]
     assert left.state is TaskState.RUNNING  # never stopped
@@ -80,13 +87,7 @@ async def test_a_failure_in_one_of_two_regions_restarts_only_that_region(cluster
 @gen_cluster()
 async def test_a_full_restart_restarts_the_other_region_too(cluster: Cluster) -> None:
     """The counterpart: what spares `left` above is the region strategy."""
-    config = {**RESTARTING, "jobmanager.execution.failover-strategy": "full"}
-    job = await cluster.submit(job_graph("two-regions", ("left", 1), ("right", 1),
-                                         configuration=config))
-    [left] = cluster.tasks.running("left")
-    [right] = cluster.tasks.running("right")
-    right.fail("transient failure")
-    await cluster.advance(1.0)
+    job, left = await two_regions_one_failed(cluster, "full")
     assert left.state is TaskState.CANCELED
     assert running(cluster) == ["left (1/1) #1", "right (1/1) #1"]
     [restart] = (await details(cluster, job)).restart_history

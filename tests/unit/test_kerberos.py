@@ -133,14 +133,13 @@ def test_without_a_keytab_the_manager_says_when_the_tokens_end_and_when_they_end
     assert published[-1].warning and "expired at" in published[-1].message
 
 
-def test_with_a_keytab_the_first_round_waits_for_its_share_of_the_yarn_tokens_life(
-        tmp_path, monkeypatch):
-    """(YARN renews the application's own tokens up to their maximum lifetime: a
-    per-job application that ends before pays for no round.)"""
+def keytab_manager(tmp_path, monkeypatch, life: float, ratio: float):
+    """On a secure cluster, with YARN's tokens ending in `life` s: (their end in ms, a
+    manager with a keytab and the renewal time ratio `ratio`, what it published)."""
     write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020",
                                        "hadoop.security.authentication": "kerberos"})
     monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
-    end = int((time.time() + 3600) * 1000)
+    end = int((time.time() + life) * 1000)
     yarn_file = tmp_path / "container_tokens"
     yarn_file.write_bytes(kerberos.write_token_storage([hdfs_token(max_ms=end)]))
     monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, str(yarn_file))
@@ -149,7 +148,15 @@ def test_with_a_keytab_the_first_round_waits_for_its_share_of_the_yarn_tokens_li
     tokens, published = manager(tmp_path, {
         options.SECURITY_KERBEROS_KEYTAB.key: str(keytab),
         options.SECURITY_KERBEROS_PRINCIPAL.key: "alice@EXAMPLE.COM",
-        options.SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO.key: "0.5"})
+        options.SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO.key: str(ratio)})
+    return end, tokens, published
+
+
+def test_with_a_keytab_the_first_round_waits_for_its_share_of_the_yarn_tokens_life(
+        tmp_path, monkeypatch):
+    """(YARN renews the application's own tokens up to their maximum lifetime: a
+    per-job application that ends before pays for no round.)"""
+    end, tokens, published = keytab_manager(tmp_path, monkeypatch, life=3600, ratio=0.5)
 
     delay = asyncio.run(tokens.start(never))
     assert 1790 < delay <= 1800
@@ -163,19 +170,7 @@ def test_with_a_keytab_new_tokens_come_before_hdfs_native_stops_using_the_old(
     """Tokens of a short life (the test cluster's: 4 minutes): the ratio's share would
     fall into their last minute, where hdfs-native passes over them and a TaskExecutor
     registering then could not read HDFS (GSS_S_NO_CRED); the round comes before."""
-    write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020",
-                                       "hadoop.security.authentication": "kerberos"})
-    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
-    end = int((time.time() + 160) * 1000)
-    yarn_file = tmp_path / "container_tokens"
-    yarn_file.write_bytes(kerberos.write_token_storage([hdfs_token(max_ms=end)]))
-    monkeypatch.setenv(kerberos.TOKEN_FILE_VARIABLE, str(yarn_file))
-    keytab = tmp_path / "alice.keytab"
-    keytab.write_bytes(b"not looked at yet")
-    tokens, _ = manager(tmp_path, {
-        options.SECURITY_KERBEROS_KEYTAB.key: str(keytab),
-        options.SECURITY_KERBEROS_PRINCIPAL.key: "alice@EXAMPLE.COM",
-        options.SECURITY_DELEGATION_TOKENS_RENEWAL_TIME_RATIO.key: "0.75"})
+    _, tokens, _ = keytab_manager(tmp_path, monkeypatch, life=160, ratio=0.75)
 
     delay = asyncio.run(tokens.start(never))
     assert 30 < delay <= 160 - delegation_tokens.LAST_USABLE_MARGIN_S  # not 0.75 * 160
