@@ -123,6 +123,10 @@ async def _run_job(app, appmaster: AppMaster, graph: JobGraph, outcome: Outcome,
         except ValueError as error:
             if not outcome.fatal:  # else refused because the application ends for that
                 outcome.status, outcome.diagnostics = "FAILED", f"job {graph.name!r} refused: {error}"
+            # A refused job ends its application, as a refused submit ends Flink's: another
+            # attempt would run it once what refused it changed (its output folder freed
+            # by the job that wrote there), behind its user's back.
+            outcome.final = True
             appmaster.shutdown()
             return
     progress = supervise(_report_progress(app, dispatcher, graph.job_id),

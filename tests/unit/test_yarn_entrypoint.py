@@ -208,6 +208,26 @@ def test_containers_that_can_never_start_end_the_application_in_its_first_attemp
     assert (tmp_path / yarn_entrypoint.FINAL_END_FILE).read_text() == "FAILED"
 
 
+@NO_HANG
+def test_a_refused_job_ends_the_application_in_its_first_attempt(tmp_path, monkeypatch):
+    """Its output folder is another job's, say: another attempt would run it once that job
+    let go of the folder, behind its user's back. YARN starts none."""
+    async def refuse(self, graph, again=False):
+        raise ValueError("cannot run: output /out is being written by job j0 of application_1_0000")
+    monkeypatch.setattr(Dispatcher, "run_own_job", refuse)
+    monkeypatch.setenv("CONTAINER_ID", "container_1_0001_01_000001")
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)  # the ResourceManager's cap: 2
+    monkeypatch.setattr(yarn_entrypoint, "remove_staging_files", lambda paths, app_id: None)
+    app = FakeApplication()
+
+    code = run_main(tmp_path, monkeypatch, app)
+
+    assert code == 1
+    assert app.final == ("FAILED", "job 'waits' refused: cannot run: output /out is being "
+                                   "written by job j0 of application_1_0000")
+    assert (tmp_path / yarn_entrypoint.FINAL_END_FILE).read_text() == "FAILED"
+
+
 def _with_arguments(main, extra):
     return lambda argv: main([*argv, *extra])
 

@@ -239,6 +239,9 @@ def test_of_two_per_job_applications_into_one_folder_the_second_is_refused_namin
     assert second.returncode == 1, second.stderr[-3000:]
     assert (f"cannot run: output {out} is being written by job {job_id} of {app_id}"
             in second.stderr), second.stderr[-3000:]
+    # A refused job ends its application: no other AppMaster attempt runs it once the
+    # first job has let go of the folder.
+    assert "the AppMaster was replaced" not in second.stderr, second.stderr[-3000:]
     assert first.returncode == 0, stderr[-3000:]
     listing = sorted(p.rsplit("/", 1)[1] for p in hdfs.filesystem().ls(f"{folder}/out", detail=False))
     assert listing == ["_SUCCESS", "part-00000.parquet", "part-00001.parquet"]
