@@ -153,11 +153,13 @@ def test_a_second_submit_of_the_same_environment_uploads_nothing(nodes, class_da
     assert second.returncode == 0, second.stderr[-3000:]
     assert "Python environment" in second.stderr
     assert "uploading" not in second.stderr, second.stderr
-    # The environment, the Spark JVM's class-data archive for it, our code and skein's jar
-    # (which skein's driver would upload to every application's folder).
-    assert second.stderr.count("cached, nothing to upload") == 4, second.stderr
+    # The environment, the Spark JVM's class-data archive for it, our code, skein's jar
+    # (which skein's driver would upload to every application's folder) and our agent
+    # for skein's ApplicationMaster.
+    assert second.stderr.count("cached, nothing to upload") == 5, second.stderr
     assert "Spark class-data archive: cached" in second.stderr
     assert "skein's ApplicationMaster: cached" in second.stderr
+    assert "flinkyarn's agent for skein: cached" in second.stderr
 
 
 def _wrong_python_archive(tmp_path: Path) -> tuple[Path, str]:
