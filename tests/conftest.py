@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import uuid
@@ -58,7 +57,6 @@ REAPER = "taskexecutor.reaper"              # python -m taskexecutor.reaper GRAC
 CLUSTER_TIERS = ("tests/yarn/", "tests/yarn_secure/")  # integration/run-tests: the rest beside
 OUR_FOLDERS = "flinkyarn-*"                 # flinkyarn/scratch.py, yarn_client/: mkdtemp prefixes
 LEFTOVER_GRACE = 10.0                       # seconds for processes in their shutdown to end
-WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... in a worker of `pytest -n N`
 
 
 @dataclass(frozen=True)
@@ -96,17 +94,6 @@ def _processes() -> list[_Process]:
 
 _before = pytest.StashKey[tuple[str, Path, set[tuple[int, int]], set[Path]]]()
 """The session's mark, the temporary folder, and the processes and folders before it."""
-_worker_temp = pytest.StashKey[Path]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """A worker of `pytest -n N` (integration/run-tests runs the cluster tier in two)
-    gets a temporary folder of its own: its leftover check sees its own folders only."""
-    if WORKER:
-        own = Path(tempfile.mkdtemp(prefix=f"pytest-worker-{WORKER}-"))
-        os.environ["TMPDIR"] = str(own)
-        tempfile.tempdir = None
-        config.stash[_worker_temp] = own
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -126,7 +113,9 @@ def _leftovers(session: pytest.Session) -> list[str]:
     processes = [p for p in processes if not (
         p.parent == os.getpid() and (any(a.startswith(SPARK_JVM) for a in p.argv)
                                      or p.argv[-2:-1] == [REAPER]))]
-    on_cluster = _checks_containers(session)
+    # A container's process is this session's if it ran tests that use the cluster
+    # (integration/run-tests runs the others beside them, in another session).
+    on_cluster = any(item.nodeid.startswith(CLUSTER_TIERS) for item in session.items)
     ours = [p for p in processes if p.is_ours_kind() and (p.pid, p.started) not in processes_before
             and (p.environ.get(SESSION_MARK) == token
                  or (on_cluster and SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ))]
@@ -136,23 +125,6 @@ def _leftovers(session: pytest.Session) -> list[str]:
     folders = [f for f in set(temp.glob(OUR_FOLDERS)) - folders_before if str(f) not in elsewhere]
     return [f"process {p.pid}{_where(p)}: {_shortened(' '.join(p.argv))}" for p in ours] + \
         [f"in {temp}: {f.name}" for f in sorted(folders)]
-
-
-def _checks_containers(session: pytest.Session) -> bool:
-    """Whether a YARN container's process left behind counts as this session's: in a
-    session that ran tests that use the cluster (integration/run-tests runs the others
-    beside them, in another session). Under `pytest -n N`, the workers share the cluster:
-    a worker's containers are not told from another's, so the controller, which runs no
-    test itself, checks them all once every worker has ended."""
-    if WORKER:
-        return False
-    if any(item.nodeid.startswith(CLUSTER_TIERS) for item in session.items):
-        return True
-    distributed = bool(session.config.getoption("numprocesses", default=None))
-    tiers = tuple(tier.rstrip("/") for tier in CLUSTER_TIERS)
-    return distributed and any(
-        os.path.relpath(os.path.abspath(str(arg).split("::")[0]), REPO).startswith(tiers)
-        for arg in session.config.args)
 
 
 def _where(process: _Process) -> str:
@@ -175,8 +147,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     try:
         retry.poll_until(lambda: _leftovers(session), lambda left: not left,
                          pauses=retry.Backoff.fixed(0.5), deadline=retry.Deadline(LEFTOVER_GRACE))
-        if _worker_temp in session.config.stash:
-            shutil.rmtree(session.config.stash[_worker_temp], ignore_errors=True)
         return
     except retry.GaveUp as gave_up:
         left = gave_up.last_value

@@ -32,8 +32,7 @@ from tests.waiting import wait_for
 from tests.yarn.test_on_yarn import REPO, TAG, flinkyarn
 from yarn_client import yarn_cluster
 
-# The NameNodes' failover reaches every client of the cluster: no other test runs beside.
-pytestmark = [pytest.mark.usefixtures("hadoop"), pytest.mark.alone]
+pytestmark = pytest.mark.usefixtures("hadoop")
 
 MEGABYTES = 5  # per file, two files
 

@@ -31,7 +31,6 @@ def pytest_collection_modifyitems(items):
     secure = [item for item in items if "/tests/yarn_secure/" in str(item.fspath)]
     for item in secure:
         item.add_marker(pytest.mark.yarn)
-        item.add_marker(pytest.mark.alone)  # it stops the plain cluster for its own
     # test_token_renewal's sessions start with the tier's first test: their tokens age
     # past their maximum lifetime while the tier's other tests run, not in a wait.
     if any("aging_sessions" in getattr(item, "fixturenames", ()) for item in secure) \
