@@ -13,9 +13,10 @@ module (a Maven project: Byte Buddy `Advice` and `MemberSubstitution`, its entry
 - in the ApplicationMaster: its allocate loop's intervals capped by HEARTBEAT_ENV and
   PENDING_HEARTBEAT_ENV (yarn.heartbeat.interval, yarn.heartbeat.container-request-
   interval) and woken by a container request; the final tracking URL the AppMaster left
-  in flinkyarn.archive.FINAL_TRACKING_URL_FILE passed on at unregister; and, with FINAL_END_ENV set, the
-  next attempt left to YARN unless the AppMaster left flinkyarn.job_store.FINAL_END_FILE (skein's own count
-  of attempts knows nothing of the validity interval).
+  in flinkyarn.archive.FINAL_TRACKING_URL_FILE passed on at unregister; and, with
+  FINAL_END_ENV set, the next attempt left to YARN unless the AppMaster left
+  flinkyarn.job_store.FINAL_END_FILE (skein's own count of attempts knows nothing of the
+  validity interval).
 
 The sources ship inside the package, so a client installed with pip builds the jar on
 first use with Maven (`mvn package`, JDK and Maven on the client; integration/bootstrap
@@ -30,6 +31,7 @@ start the ApplicationMaster with `am_java_options()`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -69,8 +71,10 @@ def am_java_options() -> str:
             f"--add-opens=java.base/java.lang=ALL-UNNAMED -javaagent:{AGENT_JAR}=appmaster")
 
 
+@functools.cache
 def sources_digest() -> str:
-    """A digest of the agent's sources (names and contents), which names its jar."""
+    """A digest of the agent's sources (names and contents), which names its jar; read
+    once per process (a secure submit asks twice: the driver's and the AppMaster's)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in SOURCES.rglob("*") if p.is_file()
                        and "target" not in p.relative_to(SOURCES).parts):
@@ -158,8 +162,6 @@ def _client_hdfs_option() -> str:
     if folder is None or any(c.isspace() for c in str(folder)):  # skein splits the options
         return ""
     return f"-Xbootclasspath/a:{folder}"
-
-
 
 
 def driver_java_options(attempt_failures_validity_ms: int | None = None) -> list[str]:
