@@ -33,17 +33,21 @@ TEXT = "the quick brown fox\njumps over the lazy dog\nthe dog barks\n"
 LINKS = "1 2\n1 3\n1 4\n2 1\n3 1\n4 1\n"
 
 
-@pytest.fixture
-def workdir(tmp_path):
-    """A folder like Spark's source tree, where the examples' relative paths resolve."""
-    (tmp_path / "data").symlink_to(DATA)
-    resources = tmp_path / "examples" / "src" / "main" / "resources"
+def spark_source_tree(folder: Path) -> Path:
+    """`folder` made like Spark's source tree, where the examples' relative paths resolve."""
+    (folder / "data").symlink_to(DATA)
+    resources = folder / "examples" / "src" / "main" / "resources"
     resources.mkdir(parents=True)
     (resources / "people.json").write_text(PEOPLE_JSON)
     (resources / "people.txt").write_text(PEOPLE_TXT)
-    (tmp_path / "text.txt").write_text(TEXT)
-    (tmp_path / "links.txt").write_text(LINKS)
-    return tmp_path
+    (folder / "text.txt").write_text(TEXT)
+    (folder / "links.txt").write_text(LINKS)
+    return folder
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return spark_source_tree(tmp_path)
 
 
 def environment(tmp_path: Path) -> dict[str, str]:
@@ -68,8 +72,9 @@ def word_counts(text: str) -> list[str]:
 
 # (script, its arguments, how the two outputs are compared): one or two of each kind of
 # script (RDD, SQL, Arrow, ml, mllib, the SparkContext(appName=...) style, the status
-# API) and of each comparison, so that the tier stays within its time (three of the same
-# kinds were dropped for it: sort.py, ml/min_max_scaler, mllib/kernel_density).
+# API) and of each comparison, so that the tier stays within its time (four of the same
+# kinds were dropped for it: sort.py, ml/pipeline_example, ml/min_max_scaler,
+# mllib/kernel_density).
 #   "same":    line for line, as `python script.py` prints it
 #   "sorted":  the same lines, in any order (Spark's collect order of a shuffle)
 #   "shape":   the same lines but for the decimal numbers in them and the padding that
@@ -82,14 +87,54 @@ EXAMPLES_RUN = [
     ("pagerank.py", ["links.txt", "3"], "sorted"),
     ("sql/basic.py", [], "sorted"),  # groupBy().count().show() rows in shuffle order
     ("sql/arrow.py", [], "shape"),  # pandas frames of random numbers
-    ("ml/pipeline_example.py", [], "close"),  # floats summed in another order
     ("ml/binarizer_example.py", [], "same"),
     ("mllib/correlations_example.py", [], "same"),  # SparkContext(appName=...) style
-    ("mllib/multi_label_metrics_example.py", [], "close"),
+    ("mllib/multi_label_metrics_example.py", [], "close"),  # floats summed in another order
     ("status_api_demo.py", ["--master", "local[10]"],
      lambda out: "status:  RUNNING" in out and sorted(eval(out.split("Job results are: ")[1]))
      == [(i, 1) for i in range(10)]),
 ]
+
+# What `python script.py` printed, recorded with the pyspark minor version CI runs
+# (setup.cfg pins it): a second Spark JVM per example, beside ours, cost the tier more
+# than a minute of CPU. `python -m tests.local.test_pyspark_scripts` records them again.
+RECORDED = Path(__file__).resolve().parent / "spark_examples"
+
+
+def recorded_name(script: str) -> str:
+    return script.replace("/", "__").removesuffix(".py") + ".out"
+
+
+def record_references() -> None:
+    """Runs every compared example with `python` (in a folder like Spark's source tree)
+    and keeps what it printed, under the pyspark version it ran."""
+    import tempfile
+    RECORDED.mkdir(exist_ok=True)
+    for old in RECORDED.glob("*.out"):
+        old.unlink()
+    for script, args, compare in EXAMPLES_RUN:
+        if not isinstance(compare, str):
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            workdir = spark_source_tree(Path(folder))
+            done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], cwd=workdir,
+                                  env=environment(workdir), capture_output=True, text=True,
+                                  timeout=300, check=True)
+        (RECORDED / recorded_name(script)).write_text(done.stdout)
+        print(f"recorded {script}: {len(done.stdout.splitlines())} lines")
+    (RECORDED / "PYSPARK_VERSION").write_text(minor(pyspark.__version__) + "\n")
+
+
+def minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def reference(script: str) -> str:
+    recorded_version = (RECORDED / "PYSPARK_VERSION").read_text().strip()
+    assert recorded_version == minor(pyspark.__version__), (
+        f"the examples' outputs were recorded with pyspark {recorded_version}, this is "
+        f"{pyspark.__version__}: python -m tests.local.test_pyspark_scripts records them again")
+    return (RECORDED / recorded_name(script)).read_text()
 
 
 @pytest.mark.parametrize("script,args,compare", EXAMPLES_RUN,
@@ -98,11 +143,6 @@ def test_spark_examples_show_what_python_shows(workdir, script, args, compare):
     env = environment(workdir)
     options = [a for a in args if a.startswith("--") or a.startswith("local[")]
     script_args = [a for a in args if a not in options]
-    reference = None
-    if isinstance(compare, str):  # the reference runs beside ours (two cores)
-        reference = subprocess.Popen([sys.executable, str(EXAMPLES / script), *script_args],
-                                     cwd=workdir, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
     ours = subprocess.run(flinkyarn_command(*options, str(EXAMPLES / script), *script_args),
                           cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
     assert ours.returncode == 0, ours.stderr[-3000:]
@@ -112,23 +152,20 @@ def test_spark_examples_show_what_python_shows(workdir, script, args, compare):
     assert re.search(r"Job \w+ FINISHED", ours.stdout)
     # Spark's own chatter stays in its log (`python script.py` prints this one).
     assert "Setting default log level" not in ours.stderr, ours.stderr[-3000:]
-    if reference is not None:
-        expected, errors = reference.communicate(timeout=300)
-        assert reference.returncode == 0, errors[-2000:]
-        if compare == "same":
-            assert without_spark_noise(printed) == without_spark_noise(expected)
-        elif compare == "close":
-            def rounded(text):
-                return [re.sub(r"-?\d+\.\d+(e[-+]?\d+)?", lambda m: f"{float(m[0]):.9g}", line)
-                        for line in without_spark_noise(text)]
-            assert rounded(printed) == rounded(expected)
-        elif compare == "shape":
-            def shape(text):
-                return [" ".join(re.sub(r"-?\d+\.\d+(e[-+]?\d+)?", "#", line).split())
-                        for line in without_spark_noise(text)]
-            assert shape(printed) == shape(expected)
-        else:
-            assert sorted(without_spark_noise(printed)) == sorted(without_spark_noise(expected))
+    if compare == "same":
+        assert without_spark_noise(printed) == without_spark_noise(reference(script))
+    elif compare == "close":
+        def rounded(text):
+            return [re.sub(r"-?\d+\.\d+(e[-+]?\d+)?", lambda m: f"{float(m[0]):.9g}", line)
+                    for line in without_spark_noise(text)]
+        assert rounded(printed) == rounded(reference(script))
+    elif compare == "shape":
+        def shape(text):
+            return [" ".join(re.sub(r"-?\d+\.\d+(e[-+]?\d+)?", "#", line).split())
+                    for line in without_spark_noise(text)]
+        assert shape(printed) == shape(reference(script))
+    elif compare == "sorted":
+        assert sorted(without_spark_noise(printed)) == sorted(without_spark_noise(reference(script)))
     else:
         assert compare(printed), printed
     assert processes_mentioning(str(workdir)) == []
@@ -404,3 +441,7 @@ def test_a_driver_whose_script_stopped_its_context_ends_its_jvm_with_it(tmp_path
             assert parent_of(jvms[how]) is None, proc_stat(jvms[how])
     wait_for(lambda: parent_of(jvms["leave"]) is None, timeout=60,
              what="the JVM whose context the script left running to end by its hooks")
+
+
+if __name__ == "__main__":
+    record_references()

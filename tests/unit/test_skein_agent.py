@@ -7,6 +7,10 @@ it does."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+from pathlib import Path
 from xml.etree import ElementTree
 
 
@@ -85,26 +89,47 @@ JAVA_HELPERS = """
 """
 
 
+def compiled(source: str, classpath: str) -> Path:
+    """A folder with class Check of `source` compiled (javac once per source and session:
+    the JVMs below start a dozen times)."""
+    import hashlib
+    import subprocess
+    import tempfile
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"skein-agent-check-{os.getpid()}-{digest}"
+    if not (folder / "Check.class").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "Check.java").write_text(source)
+        done = subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(folder),
+                               str(folder / "Check.java")], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "JDK_JAVA_OPTIONS": ""})
+        assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+        atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def run_java(tmp_path, source: str, role: str, *args: str, java_options=(),
              env: dict[str, str | None] | None = None) -> list[str]:
     """Runs class Check of `source` with the agent as `role` on skein's jar and the local
-    Hadoop's; the lines it printed with `say`."""
-    import os
+    Hadoop's, with the JVM options skein's JVMs get (hadoop.LEAN_JVM); the lines it
+    printed with `say`."""
     import subprocess
 
     import local_hadoop
     import skein.core
 
-    (tmp_path / "Check.java").write_text(source.replace("//HELPERS", JAVA_HELPERS))
     lib = local_hadoop.Layout.default().lib
+    classpath = f"{skein.core._SKEIN_JAR}:{lib}/*"
+    classes = compiled(source.replace("//HELPERS", JAVA_HELPERS), classpath)
     environment = dict(os.environ)
     for key, value in (env or {}).items():
         environment.pop(key, None)
         if value is not None:
             environment[key] = value
-    command = ["java", f"-javaagent:{skein_agent.agent_jar()}={role}", *java_options,
-               f"-Duser.home={tmp_path}", "-cp", f"{skein.core._SKEIN_JAR}:{lib}/*",
-               "Check.java", *args]
+    command = ["java", f"-javaagent:{skein_agent.agent_jar()}={role}", *hadoop.LEAN_JVM.split(),
+               *java_options, f"-Duser.home={tmp_path}", "-cp", f"{classes}:{classpath}",
+               "Check", *args]
     result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
