@@ -21,6 +21,7 @@ import local_hadoop
 from flinkyarn import hadoop
 from taskexecutor.reaper import group_alive
 from tests.local.conftest import processes_mentioning
+from tests.local.test_pyspark_scripts import PEOPLE_JSON, PEOPLE_TXT, reference
 from tests.waiting import wait_for
 from tests.yarn.test_shipping_on_yarn import application_logs, flinkyarn
 from yarn_client import yarn_cluster
@@ -28,8 +29,6 @@ from yarn_client import yarn_cluster
 EXAMPLES = Path(pyspark.__file__).resolve().parent / "examples" / "src" / "main" / "python"
 TAG = f"flinkyarn-test-{uuid.uuid4().hex[:8]}"
 FAST = ["-D", "heartbeat.interval=1 s", "-D", "heartbeat.timeout=10 s"]
-PEOPLE_JSON = '{"name":"Michael"}\n{"name":"Andy", "age":30}\n{"name":"Justin", "age":19}\n'
-PEOPLE_TXT = "Michael, 29\nAndy, 30\nJustin, 19\n"
 TEXT = "the quick brown fox\njumps over the lazy dog\nthe dog barks\n"
 # Executors so large (2816 MB heap + 384 MB overhead = 3200 MB) that no node (6144 MB)
 # holds two, while any node holds one beside the session's containers (AppMaster 768,
@@ -72,19 +71,6 @@ def spark_application(stderr: str) -> str:
     found = re.findall(r"Spark application (application_\d+_\d+): (\S*)", stderr)
     assert found, stderr[-3000:]
     return found[-1][0]
-
-
-def reference_output(script: str, tmp_path: Path) -> str:
-    """What `python script.py` prints, in a folder like Spark's source tree."""
-    resources = tmp_path / "examples" / "src" / "main" / "resources"
-    resources.mkdir(parents=True, exist_ok=True)
-    (resources / "people.json").write_text(PEOPLE_JSON)
-    (resources / "people.txt").write_text(PEOPLE_TXT)
-    env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
-    result = subprocess.run([sys.executable, str(EXAMPLES / script)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
 
 
 def executor_containers(app_id: str, count: int) -> dict[str, str]:
@@ -142,7 +128,7 @@ def test_spark_examples_run_as_spark_applications_on_the_nodes(session, tmp_path
     # sql/basic.py: what `python sql/basic.py` shows, with its files on HDFS.
     basic = submit(session, str(EXAMPLES / "sql" / "basic.py"))
     assert basic.returncode == 0, basic.stderr[-4000:]
-    assert sorted(printed(basic.stdout)) == sorted(printed(reference_output("sql/basic.py", tmp_path)))
+    assert sorted(printed(basic.stdout)) == sorted(printed(reference("sql/basic.py")))
 
     # list shows the job's Spark application; logs --job prints what the script printed
     # (from the running TaskExecutor's container) and the driver's Spark log.
