@@ -96,8 +96,8 @@ EXAMPLES_RUN = [
 ]
 
 # What `python script.py` printed, recorded with the pyspark minor version CI runs
-# (setup.cfg pins it): a second Spark JVM per example, beside ours, cost the tier more
-# than a minute of CPU. `python -m tests.local.test_pyspark_scripts` records them again.
+# (setup.cfg pins it): a second Spark JVM per example, beside ours, cost the tier some
+# 150 s of CPU. `python -m tests.local.test_pyspark_scripts` records them again.
 RECORDED = Path(__file__).resolve().parent / "spark_examples"
 
 
