@@ -7,9 +7,7 @@ it does."""
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -89,24 +87,25 @@ JAVA_HELPERS = """
 """
 
 
-def compiled(source: str, classpath: str) -> Path:
-    """A folder with class Check of `source` compiled (javac once per source and session:
-    the JVMs below start a dozen times)."""
-    import hashlib
-    import subprocess
-    import tempfile
+# Each source's class Check, compiled once per session (its JVMs start a dozen times).
+_COMPILED: dict[str, Path] = {}
 
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"skein-agent-check-{os.getpid()}-{digest}"
-    if not (folder / "Check.class").is_file():
-        folder.mkdir(parents=True, exist_ok=True)
+
+def compiled(source: str, classpath: str, scratch: Path) -> Path:
+    """A folder (in `scratch`, a test's tmp_path, which outlasts the session) with class
+    Check of `source` compiled."""
+    import subprocess
+
+    if source not in _COMPILED:
+        folder = scratch / "check-classes"
+        folder.mkdir()
         (folder / "Check.java").write_text(source)
         done = subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(folder),
                                str(folder / "Check.java")], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "JDK_JAVA_OPTIONS": ""})
+                              timeout=300)
         assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
-        atexit.register(shutil.rmtree, folder, True)
-    return folder
+        _COMPILED[source] = folder
+    return _COMPILED[source]
 
 
 def run_java(tmp_path, source: str, role: str, *args: str, java_options=(),
@@ -121,7 +120,7 @@ def run_java(tmp_path, source: str, role: str, *args: str, java_options=(),
 
     lib = local_hadoop.Layout.default().lib
     classpath = f"{skein.core._SKEIN_JAR}:{lib}/*"
-    classes = compiled(source.replace("//HELPERS", JAVA_HELPERS), classpath)
+    classes = compiled(source.replace("//HELPERS", JAVA_HELPERS), classpath, tmp_path)
     environment = dict(os.environ)
     for key, value in (env or {}).items():
         environment.pop(key, None)

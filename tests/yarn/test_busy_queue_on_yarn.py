@@ -74,7 +74,7 @@ def test_in_a_busy_queue_the_client_waits_says_why_and_kills_at_the_start_timeou
                      rf"vcores?, AppMasters \d+ MiB/\d+ vcores? of at most \d+ MiB", line), line
     assert f"; this AppMaster asks for {APPMASTER_MB} MiB/1 vcore" in line, line
     assert line.endswith(f"; the client gives up {START_TIMEOUT} after the submission "
-                             f"(yarn.application.start-timeout)"), lines[0]
+                         f"(yarn.application.start-timeout)"), line
 
     [error] = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert error.startswith(f"error: {app_id} did not start within {START_TIMEOUT} "
