@@ -49,11 +49,14 @@ def _when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(epoch))
 
 
-def _due_in(ratio: float, expiry: float) -> float:
-    """Seconds until new tokens are due for ones that end at `expiry`: after `ratio` of
-    what is left of their life, and LAST_USABLE_MARGIN_S before their end at the latest."""
-    left = expiry - time.time()
-    return max(0.0, min(ratio * left, left - LAST_USABLE_MARGIN_S))
+def _due_in(ratio: float, expiry: float, end: float) -> float:
+    """Seconds until new tokens are due for ones that expire at `expiry` unrenewed and
+    whose maximum date is `end`: after `ratio` of what is left until `expiry`, and
+    LAST_USABLE_MARGIN_S before `end` at the latest (hdfs-native's rule is on the maximum
+    date: against a renewal interval shorter than the margin, it would ask at once, again
+    and again)."""
+    now = time.time()
+    return max(0.0, min(ratio * (expiry - now), end - LAST_USABLE_MARGIN_S - now))
 
 
 class DelegationTokenManager:
@@ -82,7 +85,7 @@ class DelegationTokenManager:
         if self.renewing:
             if expiry is None:
                 return await self._renew(hand_over)
-            delay = _due_in(self.ratio, expiry)
+            delay = _due_in(self.ratio, expiry, expiry)  # YARN renews them up to then
             message = (f"this application's delegation tokens serve until {_when(expiry)}; new "
                        f"ones from the keytab of {self.principal} at {_when(time.time() + delay)}")
             await self._say(Status(True, expiry, message), logging.INFO)
@@ -130,7 +133,7 @@ class DelegationTokenManager:
         tokens, expiry = obtained.tokens, obtained.expires
         kerberos.install_tokens(tokens, self.folder)
         await hand_over(kerberos.write_token_storage(tokens))
-        delay = max(1.0, _due_in(self.ratio, expiry))
+        delay = max(1.0, _due_in(self.ratio, expiry, obtained.ends))
         message = (f"delegation tokens obtained from the keytab of {self.principal} "
                    f"({', '.join(t.kind for t in tokens)}, renewer {obtained.renewer}), "
                    f"valid until {_when(expiry)}; the next at {_when(time.time() + delay)}")

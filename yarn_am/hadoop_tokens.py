@@ -31,7 +31,8 @@ JVM_HEAP = "-Xmx128m"
 @dataclass(frozen=True)
 class Obtained:
     tokens: list[kerberos.Token]
-    expires: float  # seconds since the epoch: the first of them to expire
+    expires: float  # seconds since the epoch: the first of them to expire unrenewed
+    ends: float  # the first of their maximum dates, past which no renewal helps
     renewer: str  # who may renew them: YARN's ResourceManager
 
 
@@ -73,7 +74,8 @@ def obtain(keytab: str, principal: str, scratch: Path,
         finally:
             yarn.stop()
     dates = [date for date in (t.max_date() for t in tokens) if date is not None]
-    return Obtained(tokens, min([*expiries, *dates]), renewer)
+    ends = min(dates, default=min(expiries))
+    return Obtained(tokens, min([*expiries, ends]), ends, renewer)
 
 
 def _python_token(token, aliases: dict[tuple[str, str], str]) -> kerberos.Token:

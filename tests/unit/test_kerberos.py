@@ -177,6 +177,32 @@ def test_with_a_keytab_new_tokens_come_before_hdfs_native_stops_using_the_old(
     assert delegation_tokens.LAST_USABLE_MARGIN_S > 60  # hdfs-native's last minute
 
 
+def test_new_tokens_that_expire_unrenewed_within_the_margin_are_not_asked_for_at_once(
+        tmp_path, monkeypatch):
+    """The test cluster's tokens expire 1 minute after they are obtained unless renewed,
+    and end at 4 minutes: the next round comes after the ratio's share of that minute,
+    not at once (it did: a JVM of Hadoop's clients every two seconds, for as long as
+    the session ran), and still 2 minutes before their end."""
+    from yarn_am import hadoop_tokens
+
+    _, tokens, published = keytab_manager(tmp_path, monkeypatch, life=3600, ratio=0.75)
+    now = time.time()
+    fresh = hadoop_tokens.Obtained([hdfs_token(max_ms=int((now + 240) * 1000))],
+                                   expires=now + 60, ends=now + 240, renewer="rm")
+    monkeypatch.setattr(tokens, "_obtain", lambda: fresh)
+    handed: list[bytes] = []
+
+    async def hand_over(storage: bytes) -> None:
+        handed.append(storage)
+
+    delay = asyncio.run(tokens._renew(hand_over))
+    assert 40 < delay <= 45
+    assert "the next at" in published[-1].message and len(handed) == 1
+    short = hadoop_tokens.Obtained(fresh.tokens, expires=now + 200, ends=now + 200, renewer="rm")
+    monkeypatch.setattr(tokens, "_obtain", lambda: short)
+    assert 70 < asyncio.run(tokens._renew(hand_over)) <= 200 - delegation_tokens.LAST_USABLE_MARGIN_S
+
+
 def test_a_failed_round_is_said_and_retried_after_the_backoff(tmp_path, monkeypatch):
     write(tmp_path, "core-site.xml", {"fs.defaultFS": "hdfs://nn:8020",
                                        "hadoop.security.authentication": "kerberos"})
