@@ -633,20 +633,34 @@ def list_jobs(application_id: str | None, everything: bool, conf: Configuration)
     else:
         apps = running
     for app_id in apps:
-        if app_id not in running and not yarn_cluster.is_running(app_id):
+        if (app_id not in running and not yarn_cluster.is_running(app_id)) \
+                or not _list_running(app_id, conf):
             _list_archived(app_id, archives)
-            continue
-        click.echo(app_id)
+
+
+def _list_running(app_id: str, conf: Configuration) -> bool:
+    """Lists a running application's jobs, as its AppMaster tells; False, having listed
+    nothing, when the application ended meanwhile (its archive tells then). One that
+    runs but whose AppMaster does not answer (yet: it is starting) is listed as such."""
+    try:
         rest = yarn_cluster.connect(app_id, conf)
         tokens = rest.overview().delegation_tokens
-        if rest.attempt > 1:  # the AppMaster was lost before: YARN started it again
-            ended = hadoop.attempt_diagnostics(app_id, rest.attempt - 1)
-            click.echo(f"  AppMaster attempt {rest.attempt}; attempt {rest.attempt - 1} ended: "
-                       f"{ended or 'YARN does not say how'}")
-        if tokens is not None and tokens.warning:
-            click.echo(f"  warning: {tokens.message}")
-        for job in rest.jobs().jobs:
-            _echo_job(rest.job(job.job_id))
+        jobs = [rest.job(job.job_id) for job in rest.jobs().jobs]
+    except (RestError, YarnDeploymentError, OSError) as error:
+        if not yarn_cluster.is_running(app_id):
+            return False
+        click.echo(f"{app_id}\n  its AppMaster does not answer: {kerberos.first_line(error)}")
+        return True
+    click.echo(app_id)
+    if rest.attempt > 1:  # the AppMaster was lost before: YARN started it again
+        ended = hadoop.attempt_diagnostics(app_id, rest.attempt - 1)
+        click.echo(f"  AppMaster attempt {rest.attempt}; attempt {rest.attempt - 1} ended: "
+                   f"{ended or 'YARN does not say how'}")
+    if tokens is not None and tokens.warning:
+        click.echo(f"  warning: {tokens.message}")
+    for job in jobs:
+        _echo_job(job)
+    return True
 
 
 def _list_archived(app_id: str, archives: list[JobArchive]) -> None:

@@ -83,3 +83,34 @@ print(sorted(m for m in ("pyarrow", "numpy", "grpc", "fsspec", "requests") if m 
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "[]"
+
+
+def test_list_goes_on_past_an_application_that_ends_or_starts_while_it_lists(monkeypatch):
+    """`list --all` beside other clients: one running application ends between YARN's
+    list and its AppMaster's answer (listed from the archive, as ended), another's
+    AppMaster does not answer yet (said); neither stops the listing."""
+    from yarn_client import cli as cli_module
+    from yarn_client import yarn_cluster
+    from yarn_client.rest_client import RestError
+
+    running = {"application_1_0001": False, "application_1_0002": True}  # still, when asked
+    listed_archived: list[str] = []
+
+    def refused(app_id, conf=None):
+        raise RestError(f"the AppMaster of {app_id} did not answer: connection refused")
+
+    monkeypatch.setattr(yarn_cluster, "sweep_leftovers", lambda conf, out: None)
+    monkeypatch.setattr(yarn_cluster, "flinkyarn_applications",
+                        lambda states: [{"id": app_id} for app_id in running])
+    monkeypatch.setattr(yarn_cluster, "archives", lambda conf: [])
+    monkeypatch.setattr(yarn_cluster, "connect", refused)
+    monkeypatch.setattr(yarn_cluster, "is_running", lambda app_id: running[app_id])
+    monkeypatch.setattr(cli_module, "_list_archived",
+                        lambda app_id, archives: listed_archived.append(app_id))
+
+    result = CliRunner().invoke(cli, ["list", "--all"])
+
+    assert result.exit_code == 0, result.output
+    assert listed_archived == ["application_1_0001"]
+    assert result.output == ("application_1_0002\n  its AppMaster does not answer: the AppMaster "
+                             "of application_1_0002 did not answer: connection refused\n")
