@@ -56,6 +56,7 @@ SPARK_JVM = "org.apache.spark."             # the main class of a JVM that pyspa
 REAPER = "taskexecutor.reaper"              # python -m taskexecutor.reaper GRACE
 CLUSTER_TIERS = ("tests/yarn/", "tests/yarn_secure/")  # integration/run-tests: the rest beside
 OUR_FOLDERS = "flinkyarn-*"                 # flinkyarn/scratch.py, yarn_client/: mkdtemp prefixes
+SHARED_CLUSTER = "FLINKYARN_TEST_CLUSTER_SHARED"  # set: another session uses the cluster too
 LEFTOVER_GRACE = 10.0                       # seconds for processes in their shutdown to end
 
 
@@ -115,16 +116,35 @@ def _leftovers(session: pytest.Session) -> list[str]:
                                      or p.argv[-2:-1] == [REAPER]))]
     # A container's process is this session's if it ran tests that use the cluster
     # (integration/run-tests runs the others beside them, in another session).
+    # When another session uses the cluster at the same time (integration/run-tests runs
+    # two), a container's process is a leftover only once its application has ended;
+    # run-tests checks that no application runs when both are done.
     on_cluster = any(item.nodeid.startswith(CLUSTER_TIERS) for item in session.items)
+    shared = bool(os.environ.get(SHARED_CLUSTER))
     ours = [p for p in processes if p.is_ours_kind() and (p.pid, p.started) not in processes_before
             and (p.environ.get(SESSION_MARK) == token
-                 or (on_cluster and SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ))]
+                 or (on_cluster and SESSION_MARK not in p.environ and "CONTAINER_ID" in p.environ
+                     and not (shared and _application_runs(p.environ["CONTAINER_ID"]))))]
     # A folder that a live process not of this session names (argv, TMPDIR) is its own.
     elsewhere = " ".join(" ".join(p.argv) + " " + p.environ.get("TMPDIR", "") for p in processes
                          if p.environ.get(SESSION_MARK) != token)
     folders = [f for f in set(temp.glob(OUR_FOLDERS)) - folders_before if str(f) not in elsewhere]
     return [f"process {p.pid}{_where(p)}: {_shortened(' '.join(p.argv))}" for p in ours] + \
         [f"in {temp}: {f.name}" for f in sorted(folders)]
+
+
+def _application_runs(container_id: str) -> bool:
+    """Whether YARN has the application of `container_id` (container_[e<epoch>_]<cluster
+    timestamp>_<application>_<attempt>_<container>) still going."""
+    from yarn_client import yarn_cluster
+
+    parts = container_id.split("_")
+    timestamp, number = parts[-4:-2]
+    try:
+        state = yarn_cluster.application_report(f"application_{timestamp}_{number}")["state"]
+    except yarn_cluster.YarnDeploymentError:
+        return False  # YARN knows it no more (or does not answer): not running, then
+    return state not in ("FINISHED", "FAILED", "KILLED")
 
 
 def _where(process: _Process) -> str:
