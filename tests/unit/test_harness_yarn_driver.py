@@ -11,6 +11,9 @@ import asyncio
 import contextlib
 from typing import AsyncIterator, Callable
 
+import pytest
+import skein
+
 from flinkyarn.clock import ManualClock
 from flinkyarn.ids import ResourceID
 from flinkyarn.resources import ResourceProfile
@@ -153,6 +156,44 @@ def test_the_container_started_with_the_application_is_adopted_as_a_worker() -> 
         assert app.kv == {"flinkyarn.rpc_address": b"appmaster:1"}
         watcher[0].cancel()
     asyncio.run(scenario())
+
+
+class RacingKeyValueStore(dict):
+    """skein 0.8.2's store, losing its race between a put's event and a new watch's
+    answer: the value is stored, the put fails (yarn_driver._put_key)."""
+
+    def __init__(self, losses: int) -> None:
+        super().__init__()
+        self.losses = losses
+        self.puts = 0
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        self.puts += 1
+        super().__setitem__(key, value)
+        if self.puts <= self.losses:
+            raise skein.exceptions.ApplicationError("")
+
+
+def test_a_put_that_loses_skeins_watch_race_is_made_again() -> None:
+    async def scenario(losses: int) -> RacingKeyValueStore:
+        kv = RacingKeyValueStore(losses)
+        app = FakeSkeinApp(started_with_application="taskexecutor-0", kv=kv)
+        asyncio.get_running_loop().set_default_executor(LoopExecutor())
+        driver = YarnDriver(app, poll_interval=POLL, clock=ManualClock())
+        watcher: list[asyncio.Task[object]] = []
+        try:
+            await driver.initialize(
+                Handler(), "appmaster:1",
+                lambda coroutine, name: watcher.append(asyncio.create_task(coroutine)))
+        finally:
+            for task in watcher:
+                task.cancel()
+        return kv
+
+    kv = asyncio.run(scenario(losses=2))
+    assert kv == {"flinkyarn.rpc_address": b"appmaster:1"} and kv.puts == 3
+    with pytest.raises(skein.exceptions.ApplicationError):  # not forever
+        asyncio.run(scenario(losses=yarn_driver_module.KV_PUT_ATTEMPTS))
 
 
 def test_an_unfit_container_started_with_the_application_ends_it_and_nothing_more_is_asked(

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 SERVICE = "taskexecutor"
 RESOURCE_ID_VARIABLE = "FLINKYARN_RESOURCE_ID"
 RPC_ADDRESS_KEY = "flinkyarn.rpc_address"
+KV_PUT_ATTEMPTS = 5  # _put_key: skein's race, seen once in some 60 applications under load
+KV_PUT_PAUSE_S = 0.2
 # Written by the container's launch script (yarn_client.shipping.launch_script).
 UNFIT_LOG = "flinkyarn.stderr"
 _ENDED = ("SUCCEEDED", "FAILED", "KILLED")
@@ -155,10 +157,28 @@ class YarnDriver:
             log.info("worker %s: container %s started with the application", worker_id,
                      started[0].id)
         # TaskExecutors find the ResourceManager through skein's key-value store.
-        await asyncio.to_thread(self._app.kv.__setitem__, RPC_ADDRESS_KEY,
-                                resource_manager_address.encode())
+        await self._put_key(RPC_ADDRESS_KEY, resource_manager_address.encode())
         spawn(self._watch(), "yarn-container-watcher")
         return [worker.worker_id for worker in self._workers.values()]
+
+    async def _put_key(self, key: str, value: bytes) -> None:
+        """Puts `key` into skein's key-value store. skein 0.8.2's ApplicationMaster sends
+        a put's event to a watcher from the put's thread while the watch's own thread
+        may still be answering its creation: gRPC refuses the second ("sendHeaders has
+        already been called") and the put fails, the value stored but the event lost (a
+        TaskExecutor starting with the application, waiting for the key, then waits on).
+        The same put again, once the watch is answered, stores the same value and sends
+        the event."""
+        for attempt in range(1, KV_PUT_ATTEMPTS + 1):
+            try:
+                await asyncio.to_thread(self._app.kv.__setitem__, key, value)
+                return
+            except skein.exceptions.ApplicationError as error:
+                if attempt == KV_PUT_ATTEMPTS:
+                    raise
+                log.warning("skein's key-value store refused to put %s (%s); again", key,
+                            str(error).strip() or "an ApplicationError without a message")
+                await asyncio.sleep(KV_PUT_PAUSE_S)
 
     async def max_workers(self, spec: WorkerSpec) -> tuple[int, str] | None:
         """How many TaskExecutor containers fit in the application's queue at its maximum
