@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,6 +272,23 @@ def application_id(client: subprocess.Popen, stderr_lines: list[str], timeout: f
         if time.monotonic() > deadline:
             break
     raise AssertionError(f"the client printed no application id:\n{''.join(stderr_lines)[-3000:]}")
+
+
+def wait_while_running(clients: dict[str, subprocess.Popen], predicate: Callable[[], object],
+                       timeout: float, what: str) -> None:
+    """wait_for(predicate), failing at once with its output when one of `clients` (by
+    name) ends first: a client that gave up is not waited for until the timeout."""
+    ended: list[str] = []
+
+    def done() -> object:
+        ended.extend(name for name, client in clients.items() if client.poll() is not None)
+        return ended or predicate()
+
+    wait_for(done, timeout, what)
+    if ended:
+        client = clients[ended[0]]
+        raise AssertionError(f"the {ended[0]} client ended (exit {client.returncode}) before "
+                             f"{what}:\n{client.communicate()[1][-3000:]}")
 
 
 def start(repo: Path, program: Path, arguments: list[str], tag: str,

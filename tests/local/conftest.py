@@ -64,24 +64,32 @@ def folder(tmp_path) -> Path:
     return path
 
 
-def task_executor_process(resource_id: str) -> int:
-    """The pid of TaskExecutor `resource_id` on this machine: a local one has the id in
-    its argv (--resource-id), one in a YARN container in its environment
-    (FLINKYARN_RESOURCE_ID)."""
-    in_environment = f"FLINKYARN_RESOURCE_ID={resource_id}".encode()
+def task_executor_process(resource_id: str, application: str | None = None) -> int:
+    """The pid of TaskExecutor `resource_id` on this machine: of a local cluster of this
+    test session (the id in its argv, the session's mark in its environment), or, with
+    `application`, in a YARN container of that application (the id in its environment).
+    Ids repeat across clusters, and integration/run-tests runs sessions side by side."""
+    if application is None:
+        wanted = [f"{SESSION_MARK}={os.environ.get(SESSION_MARK)}".encode()]
+    else:
+        wanted = [f"FLINKYARN_RESOURCE_ID={resource_id}".encode()]
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if b"taskexecutor" not in argv:
+            if b"taskexecutor" not in argv or (application is None and resource_id.encode() not in argv):
                 continue
-            if resource_id.encode() in argv or \
-                    in_environment in (proc / "environ").read_bytes().split(b"\0"):
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            container = next((v for v in environ if v.startswith(b"CONTAINER_ID=")), b"")
+            if all(item in environ for item in wanted) and (
+                    application is None or f"_{application.removeprefix('application_')}_".encode()
+                    in container):
                 return int(proc.name)
         except OSError:
             continue
-    raise LookupError(f"no process for TaskExecutor {resource_id}")
+    raise LookupError(f"no process for TaskExecutor {resource_id}"
+                      + (f" of {application}" if application else ""))
 
 
 def processes_mentioning(text: str, containers: bool = False) -> list[str]:

@@ -8,6 +8,7 @@ timeout."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 import re
 import signal
@@ -46,8 +47,8 @@ def session(name: str, **overrides: str):
         .deploy("session")
     outputs = f"{local_hadoop.DEFAULT_FS}/tmp/flinkyarn-tests/{uuid.uuid4().hex}"
     try:
-        yield deployment, scenarios.Target(deployment.rest, task_executor_process,
-                                           outputs, f"{outputs}/scratch")
+        pid_of = functools.partial(task_executor_process, application=deployment.app_id)
+        yield deployment, scenarios.Target(deployment.rest, pid_of, outputs, f"{outputs}/scratch")
     finally:
         result = flinkyarn("session", "stop", deployment.app_id)
     assert result.returncode == 0, result.stderr

@@ -28,7 +28,6 @@ import pytest
 
 import local_hadoop
 from tests import chaos
-from tests.waiting import wait_for
 from tests.yarn.test_on_yarn import REPO, TAG, flinkyarn
 from yarn_client import yarn_cluster
 
@@ -97,10 +96,10 @@ def test_a_namenode_failover_mid_job_loses_nothing(corpus, how, tmp_path, nameno
             clients["stream"] = chaos.start(REPO, tmp_path / "stream.py", stream_args,
                                             f"{TAG}-nn", chaos.STREAM_PROGRAM)
             app_id = chaos.application_id(clients["wordcount"], said["wordcount"], timeout=300)
-            wait_for(lambda: chaos.of_kind(app_id, "spark-worker"), 300,
-                     "the word count's Spark stage")
-        wait_for(lambda: chaos.committed(f"{folder}/records"), 300,
-                 "a checkpoint of the stream committed")
+            chaos.wait_while_running(clients, lambda: chaos.of_kind(app_id, "spark-worker"), 300,
+                                     "the word count's Spark stage")
+        chaos.wait_while_running(clients, lambda: chaos.committed(f"{folder}/records"), 300,
+                                 "a checkpoint of the stream committed")
         if session is not None:  # its AppMaster lost at the same time
             master = f"container_{session.removeprefix('application_')}_01_000001"
             for process in chaos.container_processes(master):

@@ -21,6 +21,7 @@ import pytest
 import local_hadoop
 from flinkyarn import hdfs
 from flinkyarn.connectors.filesystems import read_parquet
+from tests import chaos
 from tests.waiting import wait_for
 from tests.yarn.test_appmaster_failover import container_processes
 from tests.yarn.test_on_yarn import FAST, REPO, TAG, flinkyarn
@@ -227,8 +228,8 @@ def test_of_two_per_job_applications_into_one_folder_the_second_is_refused_namin
         [sys.executable, "-m", "yarn_client", "run", *FAST, "--tags", TAG, str(program), out],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: hdfs.filesystem().exists(f"{folder}/.out.flinkyarn-lock"), 300,
-                 "the first job's claim", poll=0.2)
+        chaos.wait_while_running({"first": first}, lambda: hdfs.filesystem().exists(
+            f"{folder}/.out.flinkyarn-lock"), 300, "the first job's claim")
         [holder] = hdfs.filesystem().ls(f"{folder}/.out.flinkyarn-lock", detail=False)
         job_id, app_id = re.search(r"held-by-job-(\w+)-of-(application_\d+_\d+)-", holder).groups()
         second = flinkyarn("run", *FAST, "--tags", TAG, str(program), out)
