@@ -92,6 +92,12 @@ def test_nothing_a_killed_local_appmaster_started_runs_on(start_cluster):
     alive = {pid: lifeline.identity(pid) for pid in below}
     os.kill(appmaster, signal.SIGKILL)
     cluster.process.wait()
-    wait_for(lambda: all(lifeline.identity(pid) != started for pid, started in alive.items()),
-             60, "every process the AppMaster started to end")
+
+    def still_running() -> list[str]:
+        return [f"{pid}: {cmdline(pid)[:150]!r}" for pid, started in alive.items()
+                if lifeline.identity(pid) == started]
+    try:
+        wait_for(lambda: not still_running(), 60, "every process the AppMaster started to end")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; still running: {still_running()}") from None
 
