@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 SERVICE = "taskexecutor"
 RESOURCE_ID_VARIABLE = "FLINKYARN_RESOURCE_ID"
 RPC_ADDRESS_KEY = "flinkyarn.rpc_address"
-KV_PUT_ATTEMPTS = 5  # _put_key: skein's race, seen once in some 60 applications under load
+KV_PUT_ATTEMPTS = 5  # _put_key: skein's race, in 2 of some 60 applications of a loaded run
 KV_PUT_PAUSE_S = 0.2
 # Written by the container's launch script (yarn_client.shipping.launch_script).
 UNFIT_LOG = "flinkyarn.stderr"
