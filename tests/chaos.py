@@ -275,16 +275,17 @@ def application_id(client: subprocess.Popen, stderr_lines: list[str], timeout: f
 
 
 def wait_while_running(clients: dict[str, subprocess.Popen], predicate: Callable[[], object],
-                       timeout: float, what: str) -> None:
-    """wait_for(predicate), failing at once with its output when one of `clients` (by
-    name) ends first: a client that gave up is not waited for until the timeout."""
+                       timeout: float, what: str, poll: float = 0.05) -> None:
+    """wait_for(predicate, poll=`poll`), failing at once with its output when one of
+    `clients` (by name) ends first: a client that gave up is not waited for until the
+    timeout."""
     ended: list[str] = []
 
     def done() -> object:
         ended.extend(name for name, client in clients.items() if client.poll() is not None)
         return ended or predicate()
 
-    wait_for(done, timeout, what)
+    wait_for(done, timeout, what, poll)
     if ended:
         client = clients[ended[0]]
         raise AssertionError(f"the {ended[0]} client ended (exit {client.returncode}) before "

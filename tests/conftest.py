@@ -138,13 +138,11 @@ def _application_runs(container_id: str) -> bool:
     timestamp>_<application>_<attempt>_<container>) still going."""
     from yarn_client import yarn_cluster
 
-    parts = container_id.split("_")
-    timestamp, number = parts[-4:-2]
+    timestamp, number = container_id.split("_")[-4:-2]
     try:
-        state = yarn_cluster.application_report(f"application_{timestamp}_{number}")["state"]
+        return yarn_cluster.is_running(f"application_{timestamp}_{number}")
     except yarn_cluster.YarnDeploymentError:
-        return False  # YARN knows it no more (or does not answer): not running, then
-    return state not in ("FINISHED", "FAILED", "KILLED")
+        return False  # YARN does not answer: not running, then
 
 
 def _where(process: _Process) -> str:

@@ -70,9 +70,11 @@ def task_executor_process(resource_id: str, application: str | None = None) -> i
     `application`, in a YARN container of that application (the id in its environment).
     Ids repeat across clusters, and integration/run-tests runs sessions side by side."""
     if application is None:
-        wanted = [f"{SESSION_MARK}={os.environ.get(SESSION_MARK)}".encode()]
+        wanted = f"{SESSION_MARK}={os.environ.get(SESSION_MARK)}".encode()
     else:
-        wanted = [f"FLINKYARN_RESOURCE_ID={resource_id}".encode()]
+        wanted = f"FLINKYARN_RESOURCE_ID={resource_id}".encode()
+        # container_[e<epoch>_]<cluster timestamp>_<application>_<attempt>_<container>
+        of_application = f"_{application.removeprefix('application_')}_".encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -81,10 +83,8 @@ def task_executor_process(resource_id: str, application: str | None = None) -> i
             if b"taskexecutor" not in argv or (application is None and resource_id.encode() not in argv):
                 continue
             environ = (proc / "environ").read_bytes().split(b"\0")
-            container = next((v for v in environ if v.startswith(b"CONTAINER_ID=")), b"")
-            if all(item in environ for item in wanted) and (
-                    application is None or f"_{application.removeprefix('application_')}_".encode()
-                    in container):
+            if wanted in environ and (application is None or any(
+                    v.startswith(b"CONTAINER_ID=") and of_application in v for v in environ)):
                 return int(proc.name)
         except OSError:
             continue

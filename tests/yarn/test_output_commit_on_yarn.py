@@ -229,7 +229,7 @@ def test_of_two_per_job_applications_into_one_folder_the_second_is_refused_namin
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         chaos.wait_while_running({"first": first}, lambda: hdfs.filesystem().exists(
-            f"{folder}/.out.flinkyarn-lock"), 300, "the first job's claim")
+            f"{folder}/.out.flinkyarn-lock"), 300, "the first job's claim", poll=0.2)
         [holder] = hdfs.filesystem().ls(f"{folder}/.out.flinkyarn-lock", detail=False)
         job_id, app_id = re.search(r"held-by-job-(\w+)-of-(application_\d+_\d+)-", holder).groups()
         second = flinkyarn("run", *FAST, "--tags", TAG, str(program), out)
